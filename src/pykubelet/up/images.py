@@ -1,0 +1,474 @@
+"""Offline images: build OCI image archives from what is on this machine and import them.
+
+The machines pykubelet runs on have no internet, yet every pod needs a sandbox ("pause") image and
+the examples and tests need a small general-purpose image. Both are synthesised locally:
+
+* busybox: ``/bin/busybox`` from Debian's ``busybox-static`` plus one symlink per applet (taken from
+  ``busybox --list-full``), ``/etc/passwd``, ``/etc/group``, ``/tmp`` and ``/var/www`` (for httpd
+  examples). The image config sets ``PATH`` and ``Cmd ["sh"]`` like the Docker Hub image does.
+* pause: a tiny C program compiled with ``gcc -Os -static`` that does what upstream's
+  ``build/pause/linux/pause.c`` does (sleep in ``pause()``, reap adopted children on SIGCHLD, exit
+  on SIGINT/SIGTERM), run as user 65535 like ``registry.k8s.io/pause``.
+
+The images are written as OCI image-layout archives (``oci-layout``, ``index.json``,
+``blobs/sha256/...``) with nothing but tarfile/json/hashlib. ``index.json`` carries both
+``io.containerd.image.name`` (the full reference ``ctr images import`` uses) and
+``org.opencontainers.image.ref.name`` (the tag skopeo's ``oci:DIR:TAG`` looks up). Archives are
+made byte-for-byte reproducible (mtime 0, uid 0, gzip without timestamp) and cached under a key
+derived from their inputs, so a second bootstrap neither recompiles nor re-tars anything. Importing
+skips images that containerd already has with the same manifest digest, which keeps ``pykubelet up``
+restarts fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gzip
+import hashlib
+import io
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+# Bump when the layout of the generated images changes, so caches are rebuilt.
+FORMAT_VERSION = "4"
+
+BUSYBOX_IMAGE = "docker.io/library/busybox:latest"
+BUSYBOX_PINNED_IMAGE = "docker.io/library/busybox:1.36"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.9"
+BUSYBOX_REFS = (BUSYBOX_IMAGE, BUSYBOX_PINNED_IMAGE)
+ALL_IMAGES = (*BUSYBOX_REFS, PAUSE_IMAGE)
+
+DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+PAUSE_SOURCE = r"""
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void on_term(int sig) { (void)sig; _exit(0); }
+static void on_chld(int sig) {
+    (void)sig;
+    while (waitpid(-1, 0, WNOHANG) > 0) {}
+}
+
+int main(void) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_term;
+    sigaction(SIGINT, &sa, 0);
+    sigaction(SIGTERM, &sa, 0);
+    sa.sa_handler = on_chld;
+    sa.sa_flags = SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, 0);
+    for (;;) pause();
+    return 1;
+}
+"""
+
+PASSWD = (
+    "root:x:0:0:root:/root:/bin/sh\n"
+    "daemon:x:1:1:daemon:/usr/sbin:/bin/false\n"
+    "www-data:x:33:33:www-data:/var/www:/bin/false\n"
+    "nobody:x:65534:65534:nobody:/home:/bin/false\n"
+)
+GROUP = "root:x:0:\ndaemon:x:1:\nwww-data:x:33:\nnogroup:x:65534:\n"
+INDEX_HTML = "hello from pykubelet busybox\n"
+
+Log = Callable[[str], None]
+
+
+class ImageError(RuntimeError):
+    """Building or importing an offline image failed."""
+
+
+def _noop(_: str) -> None:
+    pass
+
+
+def oci_arch() -> str:
+    machine = platform.machine().lower()
+    return {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine)
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("PYKUBELET_IMAGE_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "pykubelet" / "images"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reproducible tar building
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One file system entry of a layer: kind is 'dir', 'file' or 'symlink'."""
+
+    path: str
+    kind: str
+    mode: int = 0o755
+    data: bytes = b""
+    target: str = ""
+
+
+def layer_tar(entries: Iterable[Entry]) -> bytes:
+    """An uncompressed, deterministic tar of the given entries (parents created as needed)."""
+    seen: set[str] = set()
+    ordered: list[Entry] = []
+
+    def add_parents(path: str) -> None:
+        parts = path.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            parent = "/".join(parts[:i])
+            if parent and parent not in seen:
+                seen.add(parent)
+                ordered.append(Entry(parent, "dir"))
+
+    for e in entries:
+        p = e.path.strip("/")
+        add_parents(p)
+        if p in seen:
+            continue
+        seen.add(p)
+        ordered.append(dataclasses.replace(e, path=p))
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for e in ordered:
+            info = tarfile.TarInfo(e.path + ("/" if e.kind == "dir" else ""))
+            info.mtime = 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mode = e.mode
+            if e.kind == "dir":
+                info.type = tarfile.DIRTYPE
+                tf.addfile(info)
+            elif e.kind == "symlink":
+                info.type = tarfile.SYMTYPE
+                info.linkname = e.target
+                info.mode = 0o777
+                tf.addfile(info)
+            else:
+                info.size = len(e.data)
+                tf.addfile(info, io.BytesIO(e.data))
+    return buf.getvalue()
+
+
+def _gzip(data: bytes) -> bytes:
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, compresslevel=6) as gz:
+        gz.write(data)
+    return out.getvalue()
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _canon(obj: object) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclasses.dataclass
+class BuiltImage:
+    """An OCI archive on disk and what it contains (ref -> manifest digest)."""
+
+    refs: tuple[str, ...]
+    archive: Path
+    digests: dict[str, str]
+
+    @property
+    def manifest_digest(self) -> str:
+        """Digest of the first ref's manifest."""
+        return self.digests[self.refs[0]]
+
+
+def write_oci_archive(
+    out: Path, refs: Iterable[str], layer: bytes, config: dict[str, object]
+) -> BuiltImage:
+    """Write an OCI image-layout tar with one single-layer image per ref, all sharing the layer.
+
+    Each ref gets its own config (labelled with its ref), hence its own image ID: CRI RemoveImage
+    deletes every tag of an image ID, so removing busybox:latest must not take busybox:1.36 along.
+    """
+    refs = tuple(refs)
+    gz = _gzip(layer)
+    blobs: dict[str, bytes] = {_sha(gz): gz}
+    manifests: list[dict[str, object]] = []
+    digests: dict[str, str] = {}
+    for ref in refs:
+        cfg = json.loads(json.dumps(config))
+        inner = dict(cfg.get("config") or {})
+        inner["Labels"] = {**(inner.get("Labels") or {}), "io.pykubelet.image.ref": ref}
+        cfg["config"] = inner
+        cfg["rootfs"] = {"type": "layers", "diff_ids": [_sha(layer)]}
+        cfg_bytes = _canon(cfg)
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": _sha(cfg_bytes),
+                "size": len(cfg_bytes),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                    "digest": _sha(gz),
+                    "size": len(gz),
+                }
+            ],
+        }
+        man_bytes = _canon(manifest)
+        blobs[_sha(cfg_bytes)] = cfg_bytes
+        blobs[_sha(man_bytes)] = man_bytes
+        digests[ref] = _sha(man_bytes)
+        manifests.append(
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": _sha(man_bytes),
+                "size": len(man_bytes),
+                "platform": {"architecture": cfg.get("architecture", oci_arch()), "os": "linux"},
+                "annotations": {
+                    "io.containerd.image.name": ref,
+                    "org.opencontainers.image.ref.name": ref.rsplit(":", 1)[1],
+                },
+            }
+        )
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": manifests,
+    }
+    files: list[tuple[str, bytes]] = [
+        ("oci-layout", _canon({"imageLayoutVersion": "1.0.0"})),
+        ("index.json", _canon(index)),
+    ]
+    for digest in sorted(blobs):
+        files.append(("blobs/sha256/" + digest.split(":", 1)[1], blobs[digest]))
+    entries = [Entry(name, "file", 0o644, data) for name, data in files]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.write_bytes(layer_tar(entries))
+    os.replace(tmp, out)
+    return BuiltImage(refs, out, digests)
+
+
+def _image_config(env: list[str], **extra: object) -> dict[str, object]:
+    cfg: dict[str, object] = {"Env": env}
+    cfg.update(extra)
+    return {
+        "created": "1970-01-01T00:00:00Z",
+        "architecture": oci_arch(),
+        "os": "linux",
+        "config": cfg,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# busybox
+
+
+def _busybox_applets(busybox: Path) -> list[str]:
+    out = subprocess.run([str(busybox), "--list-full"], capture_output=True, text=True, check=False)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise ImageError(f"{busybox} --list-full failed: {out.stderr.strip()}")
+    return sorted({line.strip() for line in out.stdout.splitlines() if line.strip()})
+
+
+def busybox_entries(busybox_bytes: bytes, applets: Iterable[str]) -> list[Entry]:
+    entries = [
+        Entry("bin", "dir"),
+        Entry("bin/busybox", "file", 0o755, busybox_bytes),
+        Entry("sbin", "dir"),
+        Entry("usr/bin", "dir"),
+        Entry("usr/sbin", "dir"),
+        Entry("etc", "dir"),
+        Entry("etc/passwd", "file", 0o644, PASSWD.encode()),
+        Entry("etc/group", "file", 0o644, GROUP.encode()),
+        Entry("root", "dir", 0o700),
+        Entry("home", "dir"),
+        Entry("tmp", "dir", 0o1777),
+        Entry("var/www", "dir"),
+        Entry("var/www/index.html", "file", 0o644, INDEX_HTML.encode()),
+    ]
+    for applet in applets:
+        applet = applet.strip("/")
+        if applet in ("bin/busybox", ""):
+            continue
+        depth = applet.count("/")
+        entries.append(Entry(applet, "symlink", target="../" * depth + "bin/busybox"))
+    return entries
+
+
+def find_busybox() -> Path:
+    for cand in ("/bin/busybox", "/usr/bin/busybox"):
+        if Path(cand).is_file():
+            return Path(cand)
+    found = shutil.which("busybox")
+    if not found:
+        raise ImageError("busybox not found (apt-get install busybox-static)")
+    return Path(found)
+
+
+def build_busybox(cache_dir: Path, busybox: Path | None = None) -> BuiltImage:
+    """Build (or reuse from cache) the busybox archive holding both busybox refs."""
+    busybox = busybox or find_busybox()
+    data = busybox.read_bytes()
+    applets = _busybox_applets(busybox)
+    key = hashlib.sha256(
+        _canon([FORMAT_VERSION, hashlib.sha256(data).hexdigest(), applets, list(BUSYBOX_REFS)])
+    ).hexdigest()[:16]
+    return _cached(
+        cache_dir,
+        f"busybox-{key}",
+        lambda out: write_oci_archive(
+            out,
+            BUSYBOX_REFS,
+            layer_tar(busybox_entries(data, applets)),
+            _image_config([DEFAULT_PATH], Cmd=["sh"]),
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# pause
+
+
+def _compile_pause(workdir: Path) -> bytes:
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if not gcc:
+        raise ImageError("no C compiler found to build the pause image (apt-get install gcc)")
+    src = workdir / "pause.c"
+    src.write_text(PAUSE_SOURCE)
+    binary = workdir / "pause"
+    res = subprocess.run(
+        [gcc, "-Os", "-static", "-s", "-o", str(binary), str(src)], capture_output=True, text=True, check=False
+    )
+    if res.returncode != 0:
+        raise ImageError(f"compiling pause failed: {res.stderr.strip()}")
+    return binary.read_bytes()
+
+
+def build_pause(cache_dir: Path) -> BuiltImage:
+    gcc = shutil.which("gcc") or shutil.which("cc") or ""
+    ver = ""
+    if gcc:
+        ver = subprocess.run([gcc, "--version"], capture_output=True, text=True, check=False).stdout
+    key = hashlib.sha256(_canon([FORMAT_VERSION, PAUSE_SOURCE, ver, PAUSE_IMAGE])).hexdigest()[:16]
+
+    def build(out: Path) -> BuiltImage:
+        with tempfile.TemporaryDirectory(prefix="pykubelet-pause-") as tmp:
+            binary = _compile_pause(Path(tmp))
+        layer = layer_tar([Entry("pause", "file", 0o755, binary)])
+        cfg = _image_config([DEFAULT_PATH], Entrypoint=["/pause"], User="65535:65535")
+        return write_oci_archive(out, [PAUSE_IMAGE], layer, cfg)
+
+    return _cached(cache_dir, f"pause-{key}", build)
+
+
+def _cached(cache_dir: Path, stem: str, build: Callable[[Path], BuiltImage]) -> BuiltImage:
+    archive = cache_dir / f"{stem}.tar"
+    meta = cache_dir / f"{stem}.json"
+    if archive.is_file() and meta.is_file():
+        try:
+            m = json.loads(meta.read_text())
+            return BuiltImage(tuple(m["refs"]), archive, dict(m["digests"]))
+        except (ValueError, KeyError):
+            pass
+    built = build(archive)
+    tmp = meta.with_name(meta.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"refs": list(built.refs), "digests": built.digests}))
+    os.replace(tmp, meta)
+    return built
+
+
+def build_all(cache_dir: Path | None = None) -> list[BuiltImage]:
+    """Build (or reuse) every offline image archive."""
+    cache_dir = cache_dir or default_cache_dir()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    return [build_busybox(cache_dir), build_pause(cache_dir)]
+
+
+# ---------------------------------------------------------------------------------------------
+# import into containerd
+
+
+async def _ctr(address: str, namespace: str, *args: str, limit: float = 120) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        "ctr",
+        "--address",
+        address,
+        "-n",
+        namespace,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), limit)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise ImageError(f"ctr {' '.join(args)} timed out") from None
+    if proc.returncode != 0:
+        raise ImageError(f"ctr {' '.join(args)} failed: {err.decode().strip()}")
+    return out.decode()
+
+
+async def list_images(address: str, namespace: str = "k8s.io") -> dict[str, str]:
+    """Image ref -> target digest as containerd reports it."""
+    out = await _ctr(address, namespace, "images", "ls")
+    images: dict[str, str] = {}
+    for line in out.splitlines()[1:]:
+        cols = line.split()
+        if len(cols) >= 3:
+            images[cols[0]] = cols[2]
+    return images
+
+
+async def import_image(address: str, image: BuiltImage, namespace: str = "k8s.io") -> None:
+    await _ctr(address, namespace, "images", "import", str(image.archive))
+
+
+async def bootstrap_images(
+    address: str,
+    *,
+    namespace: str = "k8s.io",
+    cache_dir: Path | None = None,
+    log: Log | None = None,
+) -> list[str]:
+    """Make every offline image present in containerd; returns the refs that were imported."""
+    log = log or _noop
+    built = await asyncio.to_thread(build_all, cache_dir)
+    present = await list_images(address, namespace)
+    imported: list[str] = []
+    for image in built:
+        if all(present.get(ref) == image.digests[ref] for ref in image.refs):
+            continue
+        log(f"importing {', '.join(image.refs)}")
+        await import_image(address, image, namespace)
+        imported.extend(image.refs)
+    after = await list_images(address, namespace)
+    missing = [ref for img in built for ref in img.refs if ref not in after]
+    if missing:
+        raise ImageError(f"images missing after import: {missing}")
+    return imported
+
+
+def archive_for(ref: str, cache_dir: Path | None = None) -> BuiltImage:
+    """The (built or cached) archive containing ref."""
+    for image in build_all(cache_dir):
+        if ref in image.refs:
+            return image
+    raise ImageError(f"no offline image named {ref}")

@@ -1,0 +1,292 @@
+"""`pykubelet up`: a one-machine cluster in one command, and nothing left behind on exit.
+
+The equivalent of `kind`/`k3s server` for this project: a private containerd (unless an existing CRI
+socket is given), the offline images, the dev control plane and the agent, supervised as one unit
+(see :mod:`pykubelet.up.supervisor`). Everything lives under ``--data-dir`` (default ``./.pykubelet``):
+the server uses it directly, so ``<data-dir>/kubeconfig`` is the admin kubeconfig and running `up`
+again on the same folder resumes the same cluster (same objects, same PKI, images already present).
+
+Shutdown order matters and follows how a node is drained by hand: the agent is stopped first (so it
+does not fight back by restarting containers), then every pod sandbox is stopped and removed through
+CRI (so CNI tears down networking properly), then the server, then containerd, and finally the host
+cleanup pass of :class:`~pykubelet.up.containerd.PrivateContainerd` removes any leftover process,
+mount, cgroup, bridge, iptables chain or IPAM reservation. With an external runtime only the agent and
+the server are stopped: the user's containerd and its other pods are not ours to touch.
+
+Component command lines are built by pure functions and can be overridden (``--server-command``,
+``--agent-command``, hidden) so the orchestration is testable before/without the real components.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import os
+import shlex
+import signal
+import socket
+import stat
+import sys
+import time
+from pathlib import Path
+
+from pykubelet.up.containerd import DEFAULT_CGROUP_PARENT, PrivateContainerd, validate_pod_cidr
+from pykubelet.up.images import ImageError, bootstrap_images
+from pykubelet.up.supervisor import ComponentFailed, ComponentSpec, Supervisor
+
+
+def _progress(msg: str) -> None:
+    print(f"[up {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pykubelet up",
+        description="Run a one-node cluster: private containerd, control plane and agent.",
+    )
+    p.add_argument("--data-dir", default="./.pykubelet", help="state folder (default ./.pykubelet)")
+    p.add_argument(
+        "--container-runtime-endpoint",
+        default=None,
+        help="use this existing CRI socket instead of starting a private containerd",
+    )
+    p.add_argument("--node-ip", default="127.0.0.1")
+    p.add_argument("--bind-address", default="127.0.0.1", help="address the server and the agent listen on")
+    p.add_argument("--pod-cidr", default="198.18.0.0/24", help="inside 198.18.0.0/15")
+    p.add_argument("--node-name", default=None, help="default: the host name")
+    p.add_argument("--secure-port", type=int, default=6443)
+    p.add_argument("--kubelet-port", type=int, default=10250)
+    p.add_argument("--bridge", default="pkl0", help="CNI bridge device of the private containerd")
+    p.add_argument("--cgroup-root", default=DEFAULT_CGROUP_PARENT, help="parent cgroup of all pods")
+    p.add_argument("--server-arg", action="append", default=[], help="extra flag for the server (repeatable)")
+    p.add_argument("--agent-arg", action="append", default=[], help="extra flag for the agent (repeatable)")
+    # For tests: replace a component's whole command line (shell-split).
+    p.add_argument("--server-command", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--agent-command", default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def default_node_name() -> str:
+    return socket.gethostname().strip().lower() or "localhost"
+
+
+def server_url(args: argparse.Namespace) -> str:
+    host = args.bind_address
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"https://{host}:{args.secure_port}"
+
+
+def server_argv(args: argparse.Namespace, data_dir: Path) -> list[str]:
+    if args.server_command:
+        return shlex.split(args.server_command)
+    return [
+        sys.executable,
+        "-m",
+        "pykubelet",
+        "server",
+        "--data-dir",
+        str(data_dir),
+        "--bind-address",
+        args.bind_address,
+        "--secure-port",
+        str(args.secure_port),
+        *args.server_arg,
+    ]
+
+
+def node_kubeconfig_path(data_dir: Path, node_name: str) -> Path:
+    return data_dir / "nodes" / f"{node_name}.kubeconfig"
+
+
+def agent_argv(args: argparse.Namespace, data_dir: Path, node_name: str, endpoint: str) -> list[str]:
+    if args.agent_command:
+        return shlex.split(args.agent_command)
+    return [
+        sys.executable,
+        "-m",
+        "pykubelet",
+        "agent",
+        "--kubeconfig",
+        str(node_kubeconfig_path(data_dir, node_name)),
+        "--hostname-override",
+        node_name,
+        "--node-ip",
+        args.node_ip,
+        "--container-runtime-endpoint",
+        endpoint,
+        "--root-dir",
+        str(data_dir / "agent"),
+        "--pod-manifest-path",
+        str(data_dir / "manifests"),
+        "--pod-logs-dir",
+        str(data_dir / "pod-logs"),
+        "--cgroup-root",
+        args.cgroup_root,
+        "--pod-cidr",
+        args.pod_cidr,
+        "--port",
+        str(args.kubelet_port),
+        "--address",
+        args.bind_address,
+        "--client-ca-file",
+        str(data_dir / "pki" / "ca.crt"),
+        *args.agent_arg,
+    ]
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def external_endpoint(value: str | None) -> str | None:
+    """The CRI endpoint to use as is, when the user named an existing socket."""
+    if not value:
+        return None
+    path = value.removeprefix("unix://")
+    return "unix://" + path if _is_socket(path) else None
+
+
+async def _port_open(host: str, port: int) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+def ensure_node_kubeconfig(data_dir: Path, node_name: str, url: str) -> Path:
+    """Reuse the node kubeconfig of an earlier run, or have the server's auth module write one."""
+    path = node_kubeconfig_path(data_dir, node_name)
+    if path.exists():
+        return path
+    from pykubelet.server.auth import node_kubeconfig
+
+    return Path(node_kubeconfig(data_dir, node_name, url))
+
+
+def prepare_data_dir(value: str) -> Path:
+    data_dir = Path(value).absolute()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "manifests").mkdir(exist_ok=True)
+    return data_dir
+
+
+async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> int:
+    stop = stop or asyncio.Event()
+    data_dir = prepare_data_dir(args.data_dir)
+    node_name = args.node_name or default_node_name()
+    validate_pod_cidr(args.pod_cidr)
+    ipaddress.ip_address(args.node_ip)
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+
+    cd: PrivateContainerd | None = None
+    sup: Supervisor | None = None
+    rc = 0
+    try:
+        endpoint = external_endpoint(args.container_runtime_endpoint)
+        if args.container_runtime_endpoint and endpoint is None:
+            _progress(f"{args.container_runtime_endpoint} is not a socket; starting a private containerd")
+        if endpoint is None:
+            cd = PrivateContainerd(
+                data_dir / "containerd",
+                pod_cidr=args.pod_cidr,
+                bridge=args.bridge,
+                cgroup_parent=args.cgroup_root,
+                log=_progress,
+            )
+            cd.cleanup()  # leftovers of a run that was killed
+            await cd.start()
+            endpoint = cd.endpoint
+        _progress("bootstrapping offline images (busybox, pause)")
+        try:
+            imported = await bootstrap_images(endpoint.removeprefix("unix://"), log=_progress)
+            _progress(f"images ready ({len(imported)} imported)")
+        except ImageError as e:
+            if cd is not None:
+                raise
+            _progress(f"warning: could not import images into {endpoint}: {e}")
+
+        url = server_url(args)
+        admin = data_dir / "kubeconfig"
+        probe_host = url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")
+
+        async def server_ready() -> bool:
+            return admin.exists() and await _port_open(probe_host, args.secure_port)
+
+        logs = data_dir / "logs"
+        specs = [
+            ComponentSpec("server", server_argv(args, data_dir), log_path=logs / "server.log", ready=server_ready),
+            ComponentSpec("agent", agent_argv(args, data_dir, node_name, endpoint), log_path=logs / "agent.log"),
+        ]
+        sup = Supervisor(specs, log=_progress)
+        _progress(f"starting the control plane on {url} (log {logs / 'server.log'})")
+        await sup.components[0].start()
+        if not args.agent_command:
+            await asyncio.to_thread(ensure_node_kubeconfig, data_dir, node_name, url)
+        _progress(f"starting the agent for node {node_name} (log {logs / 'agent.log'})")
+        await sup.components[1].start()
+        _progress("cluster is up; Ctrl-C to stop")
+        print(f"export KUBECONFIG={admin}", flush=True)
+        await stop.wait()
+        _progress("shutting down")
+    except ComponentFailed as e:
+        _progress(f"error: {e}")
+        rc = 1
+    except (RuntimeError, ImageError, ValueError, OSError) as e:
+        _progress(f"error: {e}")
+        rc = 1
+    finally:
+        rc = await _shutdown(sup, cd, rc)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+    return rc
+
+
+async def _shutdown(sup: Supervisor | None, cd: PrivateContainerd | None, rc: int) -> int:
+    if sup is not None:
+        with contextlib.suppress(KeyError):
+            await sup["agent"].stop()
+    if cd is not None and cd.running:
+        with contextlib.suppress(Exception):
+            await cd.stop_all_sandboxes()
+    if sup is not None:
+        await sup.stop()
+    if cd is not None:
+        await cd.stop()
+        problems = await asyncio.to_thread(cd.cleanup)
+        if problems:
+            rc = rc or 1
+        else:
+            _progress("stopped; host cleaned up")
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if os.geteuid() != 0 and not args.container_runtime_endpoint:
+        print("pykubelet up: a private containerd needs root (or pass --container-runtime-endpoint)", file=sys.stderr)
+        return 1
+    try:
+        return asyncio.run(run(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

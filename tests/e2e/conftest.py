@@ -1,0 +1,153 @@
+"""Shared fixtures for end-to-end tests (real containerd, real kubectl, root).
+
+Several engineers (and pytest-xdist workers) run e2e sessions on the same machine at the same time,
+so each session takes a *slot* -- an exclusive flock on /run/pykubelet-e2e/slot-N.lock held for the
+whole session -- and derives everything host-global from it: the CNI bridge name ``pke<N>``, the pod
+CIDR ``198.19.<N>.0/24`` (inside 198.18.0.0/15, away from ``pykubelet up``'s default 198.18.0.0/24)
+and the cgroup parent ``/pykubelet-e2e<N>``. Before starting, a cleanup pass for that slot removes
+what a crashed earlier session in the same slot may have left; at the end the stack is stopped and
+cleaned (no process, mount, cgroup, bridge or iptables chain remains).
+
+Every test under tests/e2e is marked ``e2e`` automatically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pykubelet.up.containerd import PrivateContainerd, preflight
+from pykubelet.up.images import bootstrap_images
+
+SLOT_DIR = Path("/run/pykubelet-e2e")
+MAX_SLOTS = 200
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+def _skip(reason: str) -> None:
+    print(f"\nSKIP e2e: {reason}", file=sys.stderr)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def require_root_containerd() -> None:
+    """Skip (with the reason printed) unless root, containerd/runc/CNI and cgroups are available."""
+    reason = preflight()
+    if reason:
+        _skip(reason)
+
+
+@pytest.fixture(scope="session")
+def e2e_slot(require_root_containerd: None) -> Iterator[int]:
+    """A machine-wide unique small integer for this session (held by flock until the end)."""
+    SLOT_DIR.mkdir(parents=True, exist_ok=True)
+    for n in range(MAX_SLOTS):
+        fd = os.open(SLOT_DIR / f"slot-{n}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            yield n
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        return
+    _skip("no free e2e slot")
+
+
+@pytest.fixture(scope="session")
+def image_cache_dir() -> Path:
+    """Built image archives are shared by all sessions (writes are atomic)."""
+    from pykubelet.up.images import default_cache_dir
+
+    return default_cache_dir()
+
+
+@pytest.fixture(scope="session")
+def containerd(
+    e2e_slot: int, tmp_path_factory: pytest.TempPathFactory, image_cache_dir: Path
+) -> Iterator[PrivateContainerd]:
+    """A running private containerd with the offline images imported.
+
+    Useful attributes: .address (socket path), .endpoint ("unix://..."), .pod_cidr, .bridge,
+    .cgroup_parent (use it as the parent of pod cgroups so cleanup finds them), .data_dir,
+    .registry_config_dir (drop hosts.toml files here for a LocalRegistry).
+    """
+    data_dir = tmp_path_factory.mktemp("containerd")
+    # Short path: the socket lives in the data dir and sun_path is limited.
+    cd = PrivateContainerd(
+        data_dir,
+        pod_cidr=f"198.19.{e2e_slot}.0/24",
+        bridge=f"pke{e2e_slot}",
+        cgroup_parent=f"/pykubelet-e2e{e2e_slot}",
+        log=lambda m: print(f"[containerd] {m}", file=sys.stderr),
+    )
+    cd.cleanup()  # leftovers of a crashed session in the same slot
+    try:
+        asyncio.run(cd.start())
+        asyncio.run(bootstrap_images(cd.address, cache_dir=image_cache_dir))
+    except Exception:
+        asyncio.run(cd.shutdown())
+        raise
+    try:
+        yield cd
+    finally:
+        asyncio.run(cd.shutdown())
+        # The image store is large-ish and useless after the session; keep config and logs.
+        shutil.rmtree(cd.root, ignore_errors=True)
+
+
+KubectlRunner = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture(scope="session")
+def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str | os.PathLike[str]], KubectlRunner]:
+    """kubectl(kubeconfig) -> run(*args, check=True, input=None, timeout=60) -> CompletedProcess.
+
+    Uses the real /usr/bin/kubectl with a fresh --cache-dir per call (no discovery cache surprises).
+    """
+    binary = shutil.which("kubectl") or "/usr/bin/kubectl"
+    if not Path(binary).exists():
+        _skip("kubectl not installed")
+    base = tmp_path_factory.mktemp("kubectl")
+    counter = itertools.count()
+
+    def factory(kubeconfig: str | os.PathLike[str]) -> KubectlRunner:
+        def run(
+            *args: str, check: bool = True, input: str | None = None, timeout: float = 60
+        ) -> subprocess.CompletedProcess[str]:
+            cache = base / f"cache-{next(counter)}"
+            cmd = [binary, f"--kubeconfig={kubeconfig}", f"--cache-dir={cache}", *args]
+            res = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False)
+            if check and res.returncode != 0:
+                raise AssertionError(
+                    f"{' '.join(cmd)} exited {res.returncode}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
+                )
+            return res
+
+        return run
+
+    return factory
+
+
+# =============================================================================================
+# CLUSTER FIXTURE (owned by the lead): `cluster` -- pykubelet server + agent on top of the
+# `containerd` fixture above. Add it below this line.
+# =============================================================================================
