@@ -151,3 +151,106 @@ def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str | os.Path
 # CLUSTER FIXTURE (owned by the lead): `cluster` -- pykubelet server + agent on top of the
 # `containerd` fixture above. Add it below this line.
 # =============================================================================================
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    """A running `pykubelet up` (control plane + agent) on the session's private containerd."""
+
+    def __init__(self, data_dir: Path, node_name: str, proc: subprocess.Popen[bytes], run_kubectl: KubectlRunner,
+                 containerd: PrivateContainerd, kubelet_port: int) -> None:
+        self.data_dir = data_dir
+        self.kubeconfig = data_dir / "kubeconfig"
+        self.node_name = node_name
+        self.proc = proc
+        self.kubectl = run_kubectl
+        self.containerd = containerd
+        self.kubelet_port = kubelet_port
+
+    def api(self):  # type: ignore[no-untyped-def]
+        from pykubelet.common.apiclient import ApiClient
+
+        return ApiClient.from_kubeconfig(self.kubeconfig)
+
+    def logs(self) -> str:
+        out = []
+        for name in ("server", "agent"):
+            p = self.data_dir / "logs" / f"{name}.log"
+            if p.exists():
+                out.append(f"----- {name}.log (tail) -----\n" + "\n".join(p.read_text(errors="replace").splitlines()[-80:]))
+        return "\n".join(out)
+
+    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = 60.0, interval: float = 0.5) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(interval)
+        raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
+
+    def jsonpath(self, *args: str) -> str:
+        return self.kubectl(*args, check=False).stdout.strip()
+
+
+def start_up(data_dir: Path, node_name: str, extra: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "pykubelet", "up", "--data-dir", str(data_dir), "--node-name", node_name, *extra]
+    log = open(log_path, "ab")
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
+    import signal
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return proc.wait(10)
+    return int(proc.returncode)
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    containerd: PrivateContainerd,
+    e2e_slot: int,
+    tmp_path_factory: pytest.TempPathFactory,
+    kubectl: Callable[[str | os.PathLike[str]], KubectlRunner],
+) -> Iterator[Cluster]:
+    """`pykubelet up` on the session's containerd: API server + scheduler + agent, node Ready."""
+    data_dir = tmp_path_factory.mktemp("cluster")
+    node = f"pk-e2e-{e2e_slot}"
+    kubelet_port = free_port()
+    extra = [
+        "--container-runtime-endpoint", containerd.endpoint,
+        "--secure-port", str(free_port()),
+        "--kubelet-port", str(kubelet_port),
+        "--pod-cidr", containerd.pod_cidr,
+        "--cgroup-root", containerd.cgroup_parent,
+        f"--agent-arg=--healthz-port={free_port()}",
+    ]
+    proc = start_up(data_dir, node, extra, data_dir / "up.log")
+    c = Cluster(data_dir, node, proc, kubectl(data_dir / "kubeconfig"), containerd, kubelet_port)
+    try:
+        c.wait_for("the admin kubeconfig", lambda: c.kubeconfig.exists() or proc.poll() is not None, 90)
+        assert proc.poll() is None, (data_dir / "up.log").read_text()
+        c.wait_for(
+            f"node {node} Ready",
+            lambda: c.jsonpath("get", "node", node, "-o",
+                               "jsonpath={.status.conditions[?(@.type=='Ready')].status}") == "True",
+            90,
+        )
+        yield c
+    finally:
+        rc = stop_process(proc)
+        print(f"[cluster] pykubelet up exited {rc}", file=sys.stderr)

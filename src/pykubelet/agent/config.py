@@ -1,0 +1,829 @@
+"""Agent configuration: the ``KubeletConfiguration`` file plus the upstream command-line flags.
+
+Design: configuration is loaded once at startup into two immutable-ish values, the
+``KubeletConfiguration`` model (the kubelet.config.k8s.io/v1beta1 file, with upstream defaults) and
+``AgentOptions`` (flags that are not part of the file plus the parsed model).  Everything else in
+the agent reads these; nothing re-reads flags or files later.  Every failure becomes a
+``ConfigError`` whose message names the offending flag or setting, so ``main`` can print it and exit
+with status 1 — upstream's kubelet likewise refuses to start on an invalid configuration instead of
+guessing.
+
+Upstream behaviour followed:
+- field names and defaults of kubelet.config.k8s.io/v1beta1 (``SetDefaults_KubeletConfiguration``):
+  syncFrequency 1m, fileCheckFrequency 20s, port 10250, healthzPort 10248 on 127.0.0.1,
+  nodeStatusUpdateFrequency 10s, nodeStatusReportFrequency 5m, nodeLeaseDurationSeconds 40,
+  maxPods 110, evictionHard {memory.available: 100Mi, nodefs.available: 10%, nodefs.inodesFree: 5%,
+  imagefs.available: 15%, imagefs.inodesFree: 5%}, cgroupDriver cgroupfs, cgroupsPerQOS true,
+  podLogsDir /var/log/pods, containerLogMaxSize 10Mi, containerLogMaxFiles 5, nodeStatusMaxImages
+  50, serializeImagePulls true, runtimeRequestTimeout 2m, authentication webhook on / anonymous off,
+  authorization mode Webhook, containerRuntimeEndpoint unix:///run/containerd/containerd.sock;
+- unknown fields are rejected (upstream decodes the file strictly), apiVersion/kind must match;
+- durations are Go duration strings ("1m30s", "500ms"); in Python they are float seconds;
+- flags override values from the file (upstream applies the command line after the file);
+- the node name is ``--hostname-override`` or the host name, lower-cased and trimmed
+  (``nodeutil.GetHostname``);
+- ``--node-labels`` is ``k=v,k2=v2``; ``--register-with-taints`` is ``k=v:Effect,k2:Effect``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from pykubelet.common.quantity import QuantityError, parse_quantity
+
+API_VERSION = "kubelet.config.k8s.io/v1beta1"
+KIND = "KubeletConfiguration"
+DEFAULT_RUNTIME_ENDPOINT = "unix:///run/containerd/containerd.sock"
+DEFAULT_ROOT_DIR = "/var/lib/kubelet"
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+EVICTION_SIGNALS = (
+    "memory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "containerfs.available",
+    "containerfs.inodesFree",
+    "allocatableMemory.available",
+    "pid.available",
+)
+
+
+class ConfigError(Exception):
+    """Invalid configuration; the message names the flag or setting at fault."""
+
+
+# --------------------------------------------------------------------------- durations
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(value: str | float | int) -> float:
+    """Parse a Go duration ("1h2m3.5s", "300ms", "0") into float seconds.
+
+    Bare numbers are accepted as seconds for convenience in Python callers; strings must follow
+    Go's ``time.ParseDuration`` grammar (a bare "0" is the only unit-less string allowed).
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"invalid duration {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    s = value.strip()
+    sign = 1.0
+    if s[:1] in "+-" and s:
+        sign = -1.0 if s[0] == "-" else 1.0
+        s = s[1:]
+    if s == "0":
+        return 0.0
+    if not s:
+        raise ValueError(f"invalid duration {value!r}")
+    pos = 0
+    total = 0.0
+    while pos < len(s):
+        m = _DURATION_PART.match(s, pos)
+        if not m:
+            raise ValueError(f"invalid duration {value!r} (expected e.g. '10s', '1m30s', '500ms')")
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    return sign * total
+
+
+def format_duration(seconds: float) -> str:
+    """Render float seconds as a Go-style duration string ("1m30s", "500ms")."""
+    if seconds == 0:
+        return "0s"
+    if abs(seconds) < 1:
+        ms = seconds * 1000
+        return f"{ms:g}ms"
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    out = ""
+    if h:
+        out += f"{int(h)}h"
+    if h or m:
+        out += f"{int(m)}m"
+    out += f"{s:g}s"
+    return out
+
+
+# --------------------------------------------------------------------------- the model
+
+# Upstream JSON names that the simple snake→camel rule gets wrong.
+_ALIAS_OVERRIDES = {
+    "cgroups_per_qos": "cgroupsPerQOS",
+    "kube_api_qps": "kubeAPIQPS",
+    "kube_api_burst": "kubeAPIBurst",
+    "pod_cidr": "podCIDR",
+    "cluster_dns": "clusterDNS",
+    "cpu_cfs_quota": "cpuCFSQuota",
+    "cpu_cfs_quota_period": "cpuCFSQuotaPeriod",
+    "registry_pull_qps": "registryPullQPS",
+    "event_record_qps": "eventRecordQPS",
+    "oom_score_adj": "oomScoreAdj",
+    "iptables_masquerade_bit": "iptablesMasqueradeBit",
+    "iptables_drop_bit": "iptablesDropBit",
+    "make_ip_tables_util_chains": "makeIPTablesUtilChains",
+    "image_gc_high_threshold_percent": "imageGCHighThresholdPercent",
+    "image_gc_low_threshold_percent": "imageGCLowThresholdPercent",
+    "image_minimum_gc_age": "imageMinimumGCAge",
+    "image_maximum_gc_age": "imageMaximumGCAge",
+    "static_pod_url": "staticPodURL",
+    "static_pod_url_header": "staticPodURLHeader",
+    "server_tls_bootstrap": "serverTLSBootstrap",
+    "tls_cert_file": "tlsCertFile",
+    "tls_private_key_file": "tlsPrivateKeyFile",
+    "tls_cipher_suites": "tlsCipherSuites",
+    "tls_min_version": "tlsMinVersion",
+    "reserved_system_cpus": "reservedSystemCPUs",
+    "client_ca_file": "clientCAFile",
+    "provider_id": "providerID",
+    "cpu_manager_policy": "cpuManagerPolicy",
+    "cpu_manager_policy_options": "cpuManagerPolicyOptions",
+    "cpu_manager_reconcile_period": "cpuManagerReconcilePeriod",
+    "fail_swap_on": "failSwapOn",
+    "cache_ttl": "cacheTTL",
+    "cache_authorized_ttl": "cacheAuthorizedTTL",
+    "cache_unauthorized_ttl": "cacheUnauthorizedTTL",
+    "enable_system_log_query": "enableSystemLogQuery",
+    "single_process_oom_kill": "singleProcessOOMKill",
+    "max_parallel_image_pulls": "maxParallelImagePulls",
+    "fail_cgroup_v1": "failCgroupV1",
+    "x509": "x509",
+}
+
+
+def _alias(name: str) -> str:
+    if name in _ALIAS_OVERRIDES:
+        return _ALIAS_OVERRIDES[name]
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+_DURATION_FIELDS = {
+    "sync_frequency",
+    "file_check_frequency",
+    "http_check_frequency",
+    "streaming_connection_idle_timeout",
+    "node_status_update_frequency",
+    "node_status_report_frequency",
+    "image_minimum_gc_age",
+    "image_maximum_gc_age",
+    "volume_stats_agg_period",
+    "cpu_manager_reconcile_period",
+    "runtime_request_timeout",
+    "cpu_cfs_quota_period",
+    "eviction_pressure_transition_period",
+    "container_log_monitor_interval",
+    "shutdown_grace_period",
+    "shutdown_grace_period_critical_pods",
+    "cache_ttl",
+    "cache_authorized_ttl",
+    "cache_unauthorized_ttl",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=_alias, populate_by_name=True, extra="forbid", validate_assignment=True
+    )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _durations(cls, v: Any, info: Any) -> Any:
+        if info.field_name in _DURATION_FIELDS and v is not None:
+            return parse_duration(v)
+        return v
+
+
+class X509Authentication(_Strict):
+    client_ca_file: str = ""
+
+
+class WebhookAuthentication(_Strict):
+    enabled: bool = True
+    cache_ttl: float = 120.0
+
+
+class AnonymousAuthentication(_Strict):
+    enabled: bool = False
+
+
+class KubeletAuthentication(_Strict):
+    x509: X509Authentication = Field(default_factory=X509Authentication)
+    webhook: WebhookAuthentication = Field(default_factory=WebhookAuthentication)
+    anonymous: AnonymousAuthentication = Field(default_factory=AnonymousAuthentication)
+
+
+class WebhookAuthorization(_Strict):
+    cache_authorized_ttl: float = 300.0
+    cache_unauthorized_ttl: float = 30.0
+
+
+class KubeletAuthorization(_Strict):
+    mode: str = "Webhook"
+    webhook: WebhookAuthorization = Field(default_factory=WebhookAuthorization)
+
+    @field_validator("mode")
+    @classmethod
+    def _mode(cls, v: str) -> str:
+        if v not in ("AlwaysAllow", "Webhook"):
+            raise ValueError(f"must be AlwaysAllow or Webhook, got {v!r}")
+        return v
+
+
+def _default_eviction_hard() -> dict[str, str]:
+    return {
+        "memory.available": "100Mi",
+        "nodefs.available": "10%",
+        "nodefs.inodesFree": "5%",
+        "imagefs.available": "15%",
+        "imagefs.inodesFree": "5%",
+    }
+
+
+class KubeletConfiguration(_Strict):
+    """kubelet.config.k8s.io/v1beta1 KubeletConfiguration with upstream defaults."""
+
+    api_version: str = Field(default=API_VERSION, alias="apiVersion")
+    kind: str = KIND
+
+    enable_server: bool = True
+    static_pod_path: str = ""
+    pod_logs_dir: str = "/var/log/pods"
+    sync_frequency: float = 60.0
+    file_check_frequency: float = 20.0
+    http_check_frequency: float = 20.0
+    static_pod_url: str = ""
+    static_pod_url_header: dict[str, list[str]] = Field(default_factory=dict)
+    address: str = "0.0.0.0"
+    port: int = 10250
+    read_only_port: int = 0
+    tls_cert_file: str = ""
+    tls_private_key_file: str = ""
+    tls_cipher_suites: list[str] = Field(default_factory=list)
+    tls_min_version: str = ""
+    rotate_certificates: bool = False
+    server_tls_bootstrap: bool = False
+    authentication: KubeletAuthentication = Field(default_factory=KubeletAuthentication)
+    authorization: KubeletAuthorization = Field(default_factory=KubeletAuthorization)
+    registry_pull_qps: int = 5
+    registry_burst: int = 10
+    image_pull_credentials_verification_policy: str = ""
+    preloaded_images_verification_allowlist: list[str] = Field(default_factory=list)
+    event_record_qps: int = 50
+    event_burst: int = 100
+    enable_debugging_handlers: bool = True
+    enable_contention_profiling: bool = False
+    healthz_port: int = 10248
+    healthz_bind_address: str = "127.0.0.1"
+    oom_score_adj: int = -999
+    cluster_domain: str = ""
+    cluster_dns: list[str] = Field(default_factory=list)
+    streaming_connection_idle_timeout: float = 4 * 3600.0
+    node_status_update_frequency: float = 10.0
+    node_status_report_frequency: float = 300.0
+    node_lease_duration_seconds: int = 40
+    image_minimum_gc_age: float = 120.0
+    image_maximum_gc_age: float = 0.0
+    image_gc_high_threshold_percent: int = 85
+    image_gc_low_threshold_percent: int = 80
+    volume_stats_agg_period: float = 60.0
+    kubelet_cgroups: str = ""
+    system_cgroups: str = ""
+    cgroup_root: str = ""
+    cgroups_per_qos: bool = True
+    cgroup_driver: str = "cgroupfs"
+    cpu_manager_policy: str = "none"
+    single_process_oom_kill: bool | None = None
+    cpu_manager_policy_options: dict[str, str] = Field(default_factory=dict)
+    cpu_manager_reconcile_period: float = 10.0
+    memory_manager_policy: str = "None"
+    topology_manager_policy: str = "none"
+    topology_manager_scope: str = "container"
+    topology_manager_policy_options: dict[str, str] = Field(default_factory=dict)
+    qos_reserved: dict[str, str] = Field(default_factory=dict)
+    runtime_request_timeout: float = 120.0
+    hairpin_mode: str = "promiscuous-bridge"
+    max_pods: int = 110
+    pod_cidr: str = ""
+    pod_pids_limit: int = -1
+    resolv_conf: str = "/etc/resolv.conf"
+    run_once: bool = False
+    cpu_cfs_quota: bool = True
+    cpu_cfs_quota_period: float = 0.1
+    node_status_max_images: int = 50
+    max_open_files: int = 1000000
+    content_type: str = "application/vnd.kubernetes.protobuf"
+    kube_api_qps: int = 50
+    kube_api_burst: int = 100
+    serialize_image_pulls: bool = True
+    max_parallel_image_pulls: int | None = None
+    eviction_hard: dict[str, str] = Field(default_factory=_default_eviction_hard)
+    eviction_soft: dict[str, str] = Field(default_factory=dict)
+    eviction_soft_grace_period: dict[str, str] = Field(default_factory=dict)
+    eviction_pressure_transition_period: float = 300.0
+    eviction_max_pod_grace_period: int = 0
+    eviction_minimum_reclaim: dict[str, str] = Field(default_factory=dict)
+    merge_default_eviction_settings: bool = False
+    pods_per_core: int = 0
+    enable_controller_attach_detach: bool = True
+    protect_kernel_defaults: bool = False
+    make_ip_tables_util_chains: bool = True
+    iptables_masquerade_bit: int = 14
+    iptables_drop_bit: int = 15
+    feature_gates: dict[str, bool] = Field(default_factory=dict)
+    fail_swap_on: bool = True
+    memory_swap: dict[str, Any] = Field(default_factory=dict)
+    container_log_max_size: str = "10Mi"
+    container_log_max_files: int = 5
+    container_log_max_workers: int = 1
+    container_log_monitor_interval: float = 10.0
+    config_map_and_secret_change_detection_strategy: str = "Watch"
+    system_reserved: dict[str, str] = Field(default_factory=dict)
+    kube_reserved: dict[str, str] = Field(default_factory=dict)
+    reserved_system_cpus: str = ""
+    show_hidden_metrics_for_version: str = ""
+    system_reserved_cgroup: str = ""
+    kube_reserved_cgroup: str = ""
+    enforce_node_allocatable: list[str] = Field(default_factory=lambda: ["pods"])
+    allowed_unsafe_sysctls: list[str] = Field(default_factory=list)
+    volume_plugin_dir: str = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/"
+    provider_id: str = ""
+    kernel_memcg_notification: bool = False
+    logging: dict[str, Any] = Field(default_factory=lambda: {"format": "text"})
+    enable_system_log_handler: bool = True
+    enable_system_log_query: bool = False
+    shutdown_grace_period: float = 0.0
+    shutdown_grace_period_critical_pods: float = 0.0
+    shutdown_grace_period_by_pod_priority: list[dict[str, Any]] = Field(default_factory=list)
+    crash_loop_back_off: dict[str, Any] = Field(default_factory=dict)
+    reserved_memory: list[dict[str, Any]] = Field(default_factory=list)
+    enable_profiling_handler: bool = True
+    enable_debug_flags_handler: bool = True
+    seccomp_default: bool = False
+    memory_throttling_factor: float = 0.9
+    register_with_taints: list[dict[str, Any]] = Field(default_factory=list)
+    register_node: bool = True
+    tracing: dict[str, Any] | None = None
+    local_storage_capacity_isolation: bool = True
+    container_runtime_endpoint: str = DEFAULT_RUNTIME_ENDPOINT
+    image_service_endpoint: str = ""
+    fail_cgroup_v1: bool = False
+    user_namespaces: dict[str, Any] | None = None
+
+    # ---- validation (upstream pkg/kubelet/apis/config/validation) ----
+
+    @field_validator("api_version")
+    @classmethod
+    def _api_version(cls, v: str) -> str:
+        if v != API_VERSION:
+            raise ValueError(f"must be {API_VERSION!r}, got {v!r}")
+        return v
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if v != KIND:
+            raise ValueError(f"must be {KIND!r}, got {v!r}")
+        return v
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int) -> int:
+        if not 1 <= v <= 65535:
+            raise ValueError(f"must be between 1 and 65535, got {v}")
+        return v
+
+    @field_validator("healthz_port", "read_only_port")
+    @classmethod
+    def _opt_port(cls, v: int) -> int:
+        if not 0 <= v <= 65535:
+            raise ValueError(f"must be between 0 and 65535, got {v}")
+        return v
+
+    @field_validator("max_pods", "node_status_max_images", "pods_per_core")
+    @classmethod
+    def _non_negative_or_unlimited(cls, v: int, info: Any) -> int:
+        if info.field_name == "node_status_max_images" and v == -1:
+            return v
+        if v < 0:
+            raise ValueError(f"must be >= 0, got {v}")
+        return v
+
+    @field_validator("node_lease_duration_seconds", "container_log_max_files")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError(f"must be > 0, got {v}")
+        return v
+
+    @field_validator("sync_frequency", "file_check_frequency", "node_status_update_frequency",
+                     "node_status_report_frequency", "runtime_request_timeout")
+    @classmethod
+    def _positive_duration(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError(f"must be a positive duration, got {format_duration(v)}")
+        return v
+
+    @field_validator("image_gc_high_threshold_percent", "image_gc_low_threshold_percent")
+    @classmethod
+    def _percent(cls, v: int) -> int:
+        if not 0 <= v <= 100:
+            raise ValueError(f"must be between 0 and 100, got {v}")
+        return v
+
+    @field_validator("cgroup_driver")
+    @classmethod
+    def _driver(cls, v: str) -> str:
+        if v not in ("cgroupfs", "systemd"):
+            raise ValueError(f"must be cgroupfs or systemd, got {v!r}")
+        return v
+
+    @field_validator("container_log_max_size")
+    @classmethod
+    def _log_size(cls, v: str) -> str:
+        try:
+            parse_quantity(v)
+        except (QuantityError, ValueError) as e:
+            raise ValueError(f"invalid quantity {v!r}: {e}") from None
+        return v
+
+    @field_validator("system_reserved", "kube_reserved")
+    @classmethod
+    def _reserved(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, q in v.items():
+            if name not in ("cpu", "memory", "ephemeral-storage", "pid"):
+                raise ValueError(f"unsupported resource {name!r} (cpu, memory, ephemeral-storage, pid)")
+            try:
+                if parse_quantity(q).value < 0:
+                    raise ValueError(f"{name}: must not be negative, got {q!r}")
+            except QuantityError as e:
+                raise ValueError(f"{name}: invalid quantity {q!r}: {e}") from None
+        return v
+
+    @field_validator("eviction_hard", "eviction_soft")
+    @classmethod
+    def _eviction(cls, v: dict[str, str]) -> dict[str, str]:
+        for signal, threshold in v.items():
+            if signal not in EVICTION_SIGNALS:
+                raise ValueError(f"unsupported eviction signal {signal!r}")
+            t = str(threshold).strip()
+            if t.endswith("%"):
+                try:
+                    pct = float(t[:-1])
+                except ValueError:
+                    raise ValueError(f"{signal}: invalid percentage {threshold!r}") from None
+                if not 0 <= pct <= 100:
+                    raise ValueError(f"{signal}: percentage must be between 0% and 100%, got {threshold!r}")
+            else:
+                try:
+                    parse_quantity(t)
+                except QuantityError as e:
+                    raise ValueError(f"{signal}: invalid quantity {threshold!r}: {e}") from None
+        return v
+
+    @field_validator("register_with_taints")
+    @classmethod
+    def _taints(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for t in v:
+            if not isinstance(t, dict) or not t.get("key"):
+                raise ValueError(f"taint {t!r} has no key")
+            if t.get("effect") not in TAINT_EFFECTS:
+                raise ValueError(f"taint {t.get('key')!r}: effect must be one of {', '.join(TAINT_EFFECTS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _cross(self) -> KubeletConfiguration:
+        if self.image_gc_low_threshold_percent >= self.image_gc_high_threshold_percent and not (
+            self.image_gc_low_threshold_percent == self.image_gc_high_threshold_percent == 100
+        ):
+            raise ValueError(
+                "imageGCLowThresholdPercent must be less than imageGCHighThresholdPercent "
+                f"({self.image_gc_low_threshold_percent} >= {self.image_gc_high_threshold_percent})"
+            )
+        if self.node_status_report_frequency < self.node_status_update_frequency:
+            # Upstream validation only warns; raising the report period keeps the math simple.
+            object.__setattr__(self, "node_status_report_frequency", self.node_status_update_frequency)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as upstream JSON (camelCase, durations as strings), e.g. for /configz."""
+        data = self.model_dump(by_alias=True)
+
+        def fix(model: BaseModel, out: dict[str, Any]) -> None:
+            for name, info in type(model).model_fields.items():
+                key = info.alias or name
+                val = getattr(model, name)
+                if name in _DURATION_FIELDS and isinstance(val, float):
+                    out[key] = format_duration(val)
+                elif isinstance(val, BaseModel):
+                    fix(val, out[key])
+
+        fix(self, data)
+        return data
+
+
+def _format_validation_error(err: ValidationError, prefix: str = "") -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e.get("loc", ()))
+        msg = e.get("msg", "invalid")
+        if e.get("type") == "extra_forbidden":
+            msg = "unknown field"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        parts.append(f"{prefix}{loc}: {msg}" if loc else f"{prefix}{msg}")
+    return "; ".join(parts)
+
+
+def parse_kubelet_config(data: Any, *, source: str = "config") -> KubeletConfiguration:
+    """Validate a decoded KubeletConfiguration document (dict) or raise ConfigError."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a KubeletConfiguration mapping, got {type(data).__name__}")
+    for key in ("apiVersion", "kind"):
+        if key not in data:
+            raise ConfigError(f"{source}: {key} is required ({key}: {API_VERSION if key == 'apiVersion' else KIND})")
+    try:
+        return KubeletConfiguration.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{source}: {_format_validation_error(e)}") from None
+
+
+def load_config_file(path: str | os.PathLike[str]) -> KubeletConfiguration:
+    """Read a YAML or JSON KubeletConfiguration file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"--config: cannot read {p}: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--config: {p} is not valid YAML/JSON: {e}") from None
+    return parse_kubelet_config(data, source=str(p))
+
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclass
+class AgentOptions:
+    """Everything the agent was started with: the config file model plus flag-only settings."""
+
+    config: KubeletConfiguration = field(default_factory=KubeletConfiguration)
+    config_path: Path | None = None
+    kubeconfig: Path | None = None
+    node_name: str = ""
+    hostname: str = ""
+    node_ip: str | None = None
+    container_runtime_endpoint: str = DEFAULT_RUNTIME_ENDPOINT
+    image_service_endpoint: str = ""
+    root_dir: Path = Path(DEFAULT_ROOT_DIR)
+    verbosity: int = 0
+    node_labels: dict[str, str] = field(default_factory=dict)
+    register_with_taints: list[dict[str, Any]] = field(default_factory=list)
+    register_node: bool = True
+    # Convenience mirrors of config fields other subsystems read often.
+
+    @property
+    def pod_manifest_path(self) -> str:
+        return self.config.static_pod_path
+
+    @property
+    def pod_logs_dir(self) -> Path:
+        return Path(self.config.pod_logs_dir)
+
+    @property
+    def max_pods(self) -> int:
+        return self.config.max_pods
+
+
+class _ArgParser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would sys.exit(2); we want a ConfigError
+        m = re.search(r"unrecognized arguments: (.*)", message)
+        if m:
+            raise ConfigError(f"unknown flag: {m.group(1).split()[0]}")
+        raise ConfigError(message)
+
+
+def _bool(v: str) -> bool:
+    s = v.strip().lower()
+    if s in ("1", "t", "true", "yes"):
+        return True
+    if s in ("0", "f", "false", "no"):
+        return False
+    raise ValueError(f"invalid boolean {v!r}")
+
+
+def parse_node_labels(value: str) -> dict[str, str]:
+    """``k=v,k2=v2`` → dict (upstream --node-labels mapStringString)."""
+    out: dict[str, str] = {}
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "=" not in item:
+            raise ValueError(f"invalid label {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        k, v = k.strip(), v.strip()
+        if not _valid_label_key(k):
+            raise ValueError(f"invalid label key {k!r}")
+        if not _LABEL_VALUE.match(v):
+            raise ValueError(f"invalid label value {v!r} for key {k!r}")
+        out[k] = v
+    return out
+
+
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _valid_label_key(k: str) -> bool:
+    prefix, _, name = k.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return bool(_LABEL_NAME.match(name))
+
+
+def parse_taints(value: str) -> list[dict[str, Any]]:
+    """``key=value:Effect,key2:Effect`` → list of taint dicts (upstream --register-with-taints)."""
+    out: list[dict[str, Any]] = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if ":" not in item:
+            raise ValueError(f"invalid taint {item!r}: expected key[=value]:Effect")
+        kv, effect = item.rsplit(":", 1)
+        if effect not in TAINT_EFFECTS:
+            raise ValueError(f"invalid taint effect {effect!r} in {item!r} (one of {', '.join(TAINT_EFFECTS)})")
+        key, _, val = kv.partition("=")
+        if not _valid_label_key(key):
+            raise ValueError(f"invalid taint key {key!r}")
+        if val and not _LABEL_VALUE.match(val):
+            raise ValueError(f"invalid taint value {val!r}")
+        taint: dict[str, Any] = {"key": key, "effect": effect}
+        if val:
+            taint["value"] = val
+        out.append(taint)
+    return out
+
+
+def default_hostname() -> str:
+    return socket.gethostname().strip().lower()
+
+
+def _verbosity(v: str) -> int:
+    n = int(v)
+    if n < 0:
+        raise ValueError("must be >= 0")
+    return n
+
+
+# flag name -> (config field, converter).  Flags listed here override the config file.
+_CONFIG_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "--pod-manifest-path": ("static_pod_path", str),
+    "--pod-logs-dir": ("pod_logs_dir", str),
+    "--max-pods": ("max_pods", int),
+    "--port": ("port", int),
+    "--address": ("address", str),
+    "--healthz-port": ("healthz_port", int),
+    "--healthz-bind-address": ("healthz_bind_address", str),
+    "--read-only-port": ("read_only_port", int),
+    "--tls-cert-file": ("tls_cert_file", str),
+    "--tls-private-key-file": ("tls_private_key_file", str),
+    "--cgroup-root": ("cgroup_root", str),
+    "--cgroup-driver": ("cgroup_driver", str),
+    "--cgroups-per-qos": ("cgroups_per_qos", _bool),
+    "--sync-frequency": ("sync_frequency", parse_duration),
+    "--file-check-frequency": ("file_check_frequency", parse_duration),
+    "--node-status-update-frequency": ("node_status_update_frequency", parse_duration),
+    "--runtime-request-timeout": ("runtime_request_timeout", parse_duration),
+    "--pod-cidr": ("pod_cidr", str),
+    "--cluster-domain": ("cluster_domain", str),
+    "--cluster-dns": ("cluster_dns", lambda s: [x.strip() for x in s.split(",") if x.strip()]),
+    "--serialize-image-pulls": ("serialize_image_pulls", _bool),
+    "--fail-swap-on": ("fail_swap_on", _bool),
+    "--anonymous-auth": ("authentication.anonymous.enabled", _bool),
+    "--authorization-mode": ("authorization.mode", str),
+    "--client-ca-file": ("authentication.x509.client_ca_file", str),
+}
+
+
+def _build_parser() -> _ArgParser:
+    p = _ArgParser(prog="pykubelet agent", add_help=True, allow_abbrev=False,
+                   description="Run the pykubelet node agent (a Kubernetes kubelet).")
+    p.add_argument("--config", default=None, help="KubeletConfiguration file (YAML or JSON)")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig for the API server; omit for standalone mode")
+    p.add_argument("--hostname-override", default=None)
+    p.add_argument("--node-ip", default=None)
+    p.add_argument("--container-runtime-endpoint", default=None)
+    p.add_argument("--image-service-endpoint", default=None)
+    p.add_argument("--root-dir", default=None)
+    p.add_argument("--node-labels", default=None, help="k=v,k2=v2")
+    p.add_argument("--register-with-taints", default=None, help="k=v:Effect,k2:Effect")
+    p.add_argument("--register-node", default=None, nargs="?", const="true")
+    p.add_argument("-v", "--v", dest="v", default=None, help="log verbosity")
+    for flag in _CONFIG_FLAGS:
+        p.add_argument(flag, dest="cfg_" + flag[2:].replace("-", "_"), default=None)
+    return p
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        data = data.setdefault(part, {})
+    data[parts[-1]] = value
+
+
+def _conv(flag: str, conv: Callable[[str], Any], raw: str) -> Any:
+    try:
+        return conv(raw)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"{flag}: invalid value {raw!r}: {e}") from None
+
+
+def load_options(argv: Sequence[str]) -> AgentOptions:
+    """Parse flags (+ the --config file) into AgentOptions; raise ConfigError naming the culprit."""
+    ns = _build_parser().parse_args(list(argv))
+    config_path = Path(ns.config) if ns.config else None
+    if config_path is not None:
+        base = load_config_file(config_path)
+        data = base.model_dump(by_alias=False)
+    else:
+        data = KubeletConfiguration().model_dump(by_alias=False)
+
+    # Flags override the file.  Keep track of which flag set which field, to name it on error.
+    flag_for_field: dict[str, str] = {}
+    for flag, (fname, conv) in _CONFIG_FLAGS.items():
+        raw = getattr(ns, "cfg_" + flag[2:].replace("-", "_"))
+        if raw is None:
+            continue
+        _set_path(data, fname, _conv(flag, conv, raw))
+        flag_for_field[fname.split(".")[-1]] = flag
+    if ns.container_runtime_endpoint is not None:
+        data["container_runtime_endpoint"] = ns.container_runtime_endpoint
+    if ns.image_service_endpoint is not None:
+        data["image_service_endpoint"] = ns.image_service_endpoint
+    if ns.register_node is not None:
+        data["register_node"] = _conv("--register-node", _bool, ns.register_node)
+    taints = data.get("register_with_taints") or []
+    if ns.register_with_taints is not None:
+        taints = _conv("--register-with-taints", parse_taints, ns.register_with_taints)
+        data["register_with_taints"] = taints
+
+    try:
+        config = KubeletConfiguration.model_validate(data)
+    except ValidationError as e:
+        msgs = []
+        for err in e.errors():
+            loc = [str(x) for x in err.get("loc", ())]
+            named = next((flag_for_field[x] for x in loc if x in flag_for_field), None)
+            what = named or (_alias(loc[0]) if loc else "config")
+            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+            msgs.append(f"{what}: {msg}")
+        raise ConfigError("; ".join(msgs)) from None
+
+    labels = _conv("--node-labels", parse_node_labels, ns.node_labels) if ns.node_labels is not None else {}
+    verbosity = _conv("--v", _verbosity, ns.v) if ns.v is not None else 0
+    hostname = default_hostname()
+    node_name = (ns.hostname_override or hostname).strip().lower()
+    if not node_name or not _DNS_SUBDOMAIN.match(node_name) or len(node_name) > 253:
+        raise ConfigError(f"--hostname-override: invalid node name {node_name!r} (must be a DNS subdomain)")
+    if ns.node_ip is not None:
+        try:
+            import ipaddress
+
+            ipaddress.ip_address(ns.node_ip)
+        except ValueError:
+            raise ConfigError(f"--node-ip: invalid IP address {ns.node_ip!r}") from None
+    root_dir = Path(ns.root_dir) if ns.root_dir else Path(DEFAULT_ROOT_DIR)
+    return AgentOptions(
+        config=config,
+        config_path=config_path,
+        kubeconfig=Path(ns.kubeconfig) if ns.kubeconfig else None,
+        node_name=node_name,
+        hostname=(ns.hostname_override or hostname).strip().lower(),
+        node_ip=ns.node_ip,
+        container_runtime_endpoint=config.container_runtime_endpoint,
+        image_service_endpoint=config.image_service_endpoint or config.container_runtime_endpoint,
+        root_dir=root_dir,
+        verbosity=verbosity,
+        node_labels=labels,
+        register_with_taints=list(config.register_with_taints),
+        register_node=config.register_node,
+    )

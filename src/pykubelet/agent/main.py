@@ -1,0 +1,178 @@
+"""``pykubelet agent``: parse the configuration, wire the subsystems, run until SIGTERM/SIGINT.
+
+Design: ``main`` only parses options (a ``ConfigError`` prints its message and exits 1, like the
+upstream kubelet refusing an invalid configuration) and sets up logging; ``run_agent`` builds the
+object graph in dependency order and tears it down in reverse:
+
+    ApiClient (optional) → CRIClient (connect with retry) → EventRecorder → Kubelet (engine)
+    → PodConfig + sources (file, apiserver) → NodeStatusManager (+ Lease) → KubeletServer
+
+Without ``--kubeconfig`` the agent runs standalone: static pods only, no registration, no lease, no
+events written — upstream's standalone mode.  Stopping cancels loops only: containers keep running,
+so restarting the agent never restarts healthy containers (the engine re-adopts them from CRI
+labels).  Optional subsystems written by others (the kubelet HTTP server) are imported lazily and a
+missing one is logged, not fatal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from typing import Any
+
+from .config import AgentOptions, ConfigError, load_options
+
+log = logging.getLogger("pykubelet.agent")
+
+
+def setup_logging(verbosity: int) -> None:
+    """klog-like levels: -v 0..3 → INFO, -v 4+ → DEBUG (upstream puts debug detail at V(4))."""
+    level = logging.DEBUG if verbosity >= 4 else logging.INFO
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    if verbosity < 6:
+        for noisy in ("aiohttp.access", "grpc", "asyncio"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+async def _connect_runtime(runtime: Any, stop: asyncio.Event) -> bool:
+    """Wait for the CRI runtime (it may start after us); False if asked to stop first."""
+    attempt = 0
+    while not stop.is_set():
+        try:
+            v = await runtime.connect(wait=10.0)
+            log.info("connected to container runtime %s %s (CRI %s)",
+                     v.runtime_name, v.runtime_version, v.runtime_api_version)
+            return True
+        except Exception as e:
+            attempt += 1
+            log.warning("container runtime %s not reachable (attempt %d): %s",
+                        runtime.endpoint, attempt, e)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=min(2.0 * attempt, 10.0))
+    return False
+
+
+async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None) -> int:
+    """Run the agent until ``stop`` is set (or a signal arrives); returns the exit code."""
+    from pykubelet.common.apiclient import ApiClient
+    from pykubelet.cri import CRIClient
+
+    from . import metrics
+    from .events import EventRecorder
+    from .nodestatus import NodeStatusManager
+    from .sources import ApiServerSource, FileSource, PodConfig
+    from .types import PodUpdate
+
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+
+    cfg = options.config
+    api: ApiClient | None = None
+    if options.kubeconfig is not None:
+        try:
+            api = ApiClient.from_kubeconfig(options.kubeconfig, user_agent=f"kubelet/{options.node_name}")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.error("--kubeconfig: cannot load %s: %s", options.kubeconfig, e)
+            return 1
+    else:
+        log.info("no --kubeconfig: running standalone (static pods only, no node registration)")
+
+    runtime = CRIClient(options.container_runtime_endpoint, timeout=cfg.runtime_request_timeout,
+                        observer=metrics.cri_observer)
+    recorder = EventRecorder(api, component="kubelet", host=options.node_name)
+    stack: list[tuple[str, Any]] = []  # (name, stop coroutine function), stopped in reverse
+    code = 0
+    try:
+        if not await _connect_runtime(runtime, stop):
+            return 0
+        from .kubelet import Kubelet
+
+        updates: asyncio.Queue[PodUpdate] = asyncio.Queue()
+        kubelet = Kubelet(options=options, api=api, runtime=runtime, recorder=recorder, updates=updates)
+        await kubelet.start()
+        stack.append(("kubelet", kubelet.stop))
+
+        podconfig = PodConfig(updates, on_source_ready=kubelet.mark_source_ready)
+        if cfg.static_pod_path:
+            fsrc = FileSource(cfg.static_pod_path, options.node_name, podconfig, interval=cfg.file_check_frequency)
+            fsrc.start()
+            stack.append(("static pod source", fsrc.stop))
+        if api is not None:
+            nsm = NodeStatusManager(options=options, api=api, runtime=runtime, kubelet=kubelet, recorder=recorder)
+            await nsm.start()
+            stack.append(("node status", nsm.stop))
+            asrc = ApiServerSource(api, options.node_name, podconfig)
+            asrc.start()
+            stack.append(("api pod source", asrc.stop))
+
+        server = _make_server(kubelet=kubelet, runtime=runtime, options=options, api=api)
+        if server is not None:
+            try:
+                await server.start()
+                stack.append(("kubelet server", server.stop))
+            except OSError as e:
+                log.error("cannot start the kubelet server on port %d: %s", cfg.port, e)
+                code = 1
+                return code
+        log.info("pykubelet agent running as node %s", options.node_name)
+        await stop.wait()
+        log.info("stopping (containers keep running)")
+        return code
+    finally:
+        for name, stopper in reversed(stack):
+            try:
+                await asyncio.wait_for(stopper(), timeout=10.0)
+            except Exception as e:
+                log.warning("error stopping %s: %s", name, e)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(recorder.close(), timeout=5.0)
+        with contextlib.suppress(Exception):
+            await runtime.close()
+        if api is not None:
+            with contextlib.suppress(Exception):
+                await api.close()
+        for sig in installed:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+
+
+def _make_server(**kw: Any) -> Any | None:
+    try:
+        from .server import KubeletServer  # type: ignore[attr-defined]
+    except ImportError as e:
+        log.warning("kubelet HTTP server not available (%s); ports %s/%s not served",
+                    e, kw["options"].config.port, kw["options"].config.healthz_port)
+        return None
+    if not kw["options"].config.enable_server:
+        return None
+    return KubeletServer(**kw)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        options = load_options(sys.argv[1:] if argv is None else argv)
+    except ConfigError as e:
+        print(f"pykubelet agent: invalid configuration: {e}", file=sys.stderr)
+        return 1
+    setup_logging(options.verbosity)
+    try:
+        return asyncio.run(run_agent(options))
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Pods bound to this node, from the API server (upstream ``config/apiserver.go`` + a reflector).
+
+Design: a reflector loop — LIST ``/api/v1/pods?fieldSelector=spec.nodeName=<node>``, then WATCH
+from the list's resourceVersion; every event updates a local store (uid → pod) and the complete
+store is handed to ``PodConfig.set("api", ...)``, which diffs it into ADD/UPDATE/DELETE/REMOVE/
+RECONCILE (upstream uses an UndeltaStore pushing SET the same way).
+
+Upstream reflector behaviour followed:
+- a watch that ends (server timeout, ``timeoutSeconds`` of 5-10 min) or breaks is resumed from the
+  last resourceVersion seen (including BOOKMARK events), so nothing is missed and nothing relisted;
+- 410 Gone/Expired (the resourceVersion is too old) → full relist; pods that vanished while we were
+  away disappear from the store, so PodConfig emits REMOVE for them;
+- errors back off exponentially (0.8 s doubling to 30 s) and are logged, never raised;
+- mirror pods (annotation ``kubernetes.io/config.mirror``) are not sent: the kubelet runs the static
+  pod from the file source, the mirror is only its reflection in the API;
+- optional ``resync_period`` forces a relist periodically (upstream kubelet uses 0 = never; it is
+  exposed for resilience against a server that silently drops events).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from typing import Any
+
+from pykubelet.common.apiclient import ApiClient, ApiError
+
+from .podconfig import CONFIG_MIRROR, PodConfig
+
+log = logging.getLogger(__name__)
+
+Pod = dict[str, Any]
+SOURCE = "api"
+
+
+def is_mirror(pod: Pod) -> bool:
+    return CONFIG_MIRROR in ((pod.get("metadata") or {}).get("annotations") or {})
+
+
+class ApiServerSource:
+    """List+watch of this node's pods."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        node_name: str,
+        config: PodConfig,
+        *,
+        resync_period: float = 0.0,
+        watch_timeout: tuple[int, int] = (300, 600),
+        backoff_max: float = 30.0,
+    ) -> None:
+        self.api = api
+        self.node_name = node_name
+        self.config = config
+        self.resync_period = resync_period
+        self.watch_timeout = watch_timeout
+        self.backoff_max = backoff_max
+        self.resource_version: str | None = None
+        self.store: dict[str, Pod] = {}
+        self.lists = 0  # number of LISTs done (for tests/diagnostics)
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def _params(self) -> dict[str, str]:
+        return {"fieldSelector": f"spec.nodeName={self.node_name}"}
+
+    def _mine(self, pod: Pod) -> bool:
+        return (pod.get("spec") or {}).get("nodeName") == self.node_name
+
+    def _push(self) -> None:
+        self.config.set(SOURCE, [p for p in self.store.values() if not is_mirror(p)])
+
+    async def relist(self) -> None:
+        lst = await self.api.list("/api/v1/pods", params=self._params)
+        self.lists += 1
+        store: dict[str, Pod] = {}
+        for pod in lst.get("items") or []:
+            uid = (pod.get("metadata") or {}).get("uid")
+            if uid and self._mine(pod):
+                pod.setdefault("apiVersion", "v1")
+                pod.setdefault("kind", "Pod")
+                store[uid] = pod
+        self.store = store
+        self.resource_version = str((lst.get("metadata") or {}).get("resourceVersion") or "") or None
+        self._push()
+
+    def apply_event(self, etype: str, obj: Pod) -> bool:
+        """Apply one watch event to the store; returns True when the store changed."""
+        meta = obj.get("metadata") or {}
+        rv = meta.get("resourceVersion")
+        if rv:
+            self.resource_version = str(rv)
+        if etype == "BOOKMARK":
+            return False
+        uid = meta.get("uid")
+        if not uid:
+            return False
+        if etype == "DELETED" or (etype in ("ADDED", "MODIFIED") and not self._mine(obj)):
+            return self.store.pop(uid, None) is not None
+        if etype in ("ADDED", "MODIFIED"):
+            self.store[uid] = obj
+            return True
+        return False
+
+    async def _watch(self, deadline: float | None) -> None:
+        timeout = random.randint(*self.watch_timeout)
+        if deadline is not None:
+            timeout = max(1, min(timeout, int(deadline - time.monotonic()) + 1))
+        async for etype, obj in self.api.watch(
+            "/api/v1/pods", resource_version=self.resource_version, params=self._params, timeout_seconds=timeout
+        ):
+            if self.apply_event(etype, obj):
+                self._push()
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+
+    async def run(self) -> None:
+        initial = min(0.8, self.backoff_max)
+        backoff = initial
+        next_resync: float | None = None
+        while True:
+            try:
+                if self.resource_version is None or (next_resync is not None and time.monotonic() >= next_resync):
+                    await self.relist()
+                    next_resync = time.monotonic() + self.resync_period if self.resync_period > 0 else None
+                await self._watch(next_resync)
+                backoff = initial
+            except asyncio.CancelledError:
+                raise
+            except ApiError as e:
+                if e.status == 410:
+                    log.info("pod watch expired (%s); relisting", e.message)
+                    self.resource_version = None
+                    continue
+                log.warning("pod list/watch for node %s failed: %s; retrying in %.1fs", self.node_name, e, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.backoff_max)
+            except Exception as e:
+                log.warning("pod list/watch for node %s failed: %r; retrying in %.1fs", self.node_name, e, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.backoff_max)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(), name="api-pod-source")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

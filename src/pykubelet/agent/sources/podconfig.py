@@ -1,0 +1,168 @@
+"""Merge pod sources into the kubelet's PodUpdate queue (upstream ``pkg/kubelet/config/config.go``).
+
+Design: every source hands ``PodConfig.set(source, pods)`` its *complete* current list (upstream's
+SET operation: the API source via an undelta store, the file source after each scan).  PodConfig
+keeps the last list per source and diffs it into incremental ``PodUpdate`` values, which is what
+the sync loop consumes.  Diffing lives in one pure function (``diff_pods``) so the semantics are
+unit-tested without queues.
+
+Upstream behaviour followed (``PodConfig.merge`` / ``checkAndUpdatePod``):
+- every pod is annotated ``kubernetes.io/config.source=<source>``; new pods get
+  ``kubernetes.io/config.seen`` (first-seen time, kept across updates);
+- a pod is *semantically* different when its spec, labels, deletionTimestamp,
+  deletionGracePeriodSeconds or non-local annotations differ: then DELETE if it now has a
+  deletionTimestamp, else UPDATE; if only the status differs it is a RECONCILE;
+- pods gone from the list are REMOVE; emission order is REMOVE, ADD, UPDATE, DELETE, RECONCILE;
+- the first SET from a source marks the source "seen" (``mark_source_ready``), so the kubelet does
+  not clean up pods of a source it has not heard from yet.
+Pods are deep-copied on the way in and out, so sources and the engine never share dicts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..types import PodOp, PodUpdate
+
+log = logging.getLogger(__name__)
+
+Pod = dict[str, Any]
+
+CONFIG_SOURCE = "kubernetes.io/config.source"
+CONFIG_SEEN = "kubernetes.io/config.seen"
+CONFIG_MIRROR = "kubernetes.io/config.mirror"
+LOCAL_ANNOTATIONS = frozenset({CONFIG_SOURCE, CONFIG_SEEN, CONFIG_MIRROR})
+
+
+def pod_uid(pod: Pod) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
+
+
+def _semantic(pod: Pod) -> tuple[Any, ...]:
+    meta = pod.get("metadata") or {}
+    ann = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in LOCAL_ANNOTATIONS}
+    return (
+        pod.get("spec"),
+        meta.get("labels") or {},
+        meta.get("deletionTimestamp"),
+        meta.get("deletionGracePeriodSeconds"),
+        ann,
+    )
+
+
+def format_seen(ts: float) -> str:
+    """RFC 3339 with nanoseconds, as upstream writes config.seen."""
+    dt = datetime.datetime.fromtimestamp(ts, datetime.UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond:06d}000Z"
+
+
+@dataclass
+class Diff:
+    removes: list[Pod] = field(default_factory=list)
+    adds: list[Pod] = field(default_factory=list)
+    updates: list[Pod] = field(default_factory=list)
+    deletes: list[Pod] = field(default_factory=list)
+    reconciles: list[Pod] = field(default_factory=list)
+    state: dict[str, Pod] = field(default_factory=dict)
+
+    def updates_in_order(self, source: str) -> list[PodUpdate]:
+        out = []
+        for op, pods in (
+            (PodOp.REMOVE, self.removes),
+            (PodOp.ADD, self.adds),
+            (PodOp.UPDATE, self.updates),
+            (PodOp.DELETE, self.deletes),
+            (PodOp.RECONCILE, self.reconciles),
+        ):
+            if pods:
+                out.append(PodUpdate(op=op, source=source, pods=[copy.deepcopy(p) for p in pods]))
+        return out
+
+
+def diff_pods(old: dict[str, Pod], new: list[Pod], source: str, now: float) -> Diff:
+    """Pure: compare a source's previous state (uid → pod) with its new full list."""
+    d = Diff()
+    for raw in new:
+        uid = pod_uid(raw)
+        if not uid:
+            log.warning("ignoring pod without uid from source %s: %s", source,
+                        (raw.get("metadata") or {}).get("name"))
+            continue
+        if uid in d.state:
+            continue  # duplicate in one list: first wins (upstream filterInvalidPods)
+        ref = copy.deepcopy(raw)
+        meta = ref.setdefault("metadata", {})
+        ann = meta.get("annotations")
+        if not isinstance(ann, dict):
+            ann = meta["annotations"] = {}
+        ann[CONFIG_SOURCE] = source
+        existing = old.get(uid)
+        if existing is None:
+            ann.setdefault(CONFIG_SEEN, format_seen(now))
+            d.adds.append(ref)
+            d.state[uid] = ref
+            continue
+        seen = ((existing.get("metadata") or {}).get("annotations") or {}).get(CONFIG_SEEN)
+        if seen is not None:
+            ann[CONFIG_SEEN] = seen
+        d.state[uid] = ref
+        if _semantic(existing) == _semantic(ref):
+            if existing.get("status") != ref.get("status"):
+                d.reconciles.append(ref)
+            continue
+        if meta.get("deletionTimestamp"):
+            d.deletes.append(ref)
+        else:
+            d.updates.append(ref)
+    for uid, pod in old.items():
+        if uid not in d.state:
+            d.removes.append(pod)
+    return d
+
+
+class PodConfig:
+    """Per-source state + the shared PodUpdate queue."""
+
+    def __init__(
+        self,
+        updates: asyncio.Queue[PodUpdate],
+        *,
+        on_source_ready: Callable[[str], Any] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.updates = updates
+        self.on_source_ready = on_source_ready
+        self.clock = clock
+        self._state: dict[str, dict[str, Pod]] = {}
+        self._seen: set[str] = set()
+
+    def set(self, source: str, pods: list[Pod]) -> list[PodUpdate]:
+        """Replace ``source``'s pods with ``pods``; queue and return the resulting updates."""
+        diff = diff_pods(self._state.get(source, {}), pods, source, self.clock())
+        self._state[source] = diff.state
+        out = diff.updates_in_order(source)
+        for u in out:
+            self.updates.put_nowait(u)
+        if source not in self._seen:
+            self._seen.add(source)
+            if self.on_source_ready is not None:
+                try:
+                    self.on_source_ready(source)
+                except Exception:
+                    log.exception("mark_source_ready(%s) failed", source)
+        return out
+
+    def seen(self, source: str) -> bool:
+        return source in self._seen
+
+    def pods(self, source: str | None = None) -> list[Pod]:
+        if source is not None:
+            return [copy.deepcopy(p) for p in self._state.get(source, {}).values()]
+        return [copy.deepcopy(p) for s in self._state.values() for p in s.values()]
