@@ -1,0 +1,387 @@
+"""Probe manager and per-probe workers (upstream pkg/kubelet/prober/{prober_manager,worker}.go).
+
+Design: one lightweight asyncio task per (pod uid, container name, probe type) that has a probe spec,
+all on the agent's single event loop. A worker sleeps on an ``asyncio.Event`` with the probe period
+as timeout, so the manager can wake it early (new container id) and cancel it instantly; every probe
+is bounded by ``timeoutSeconds``, so probes of many pods never block each other or the sync loop.
+Decisions live in pure code: ``ProbeState`` (hysteresis, results.py) and ``first_delay`` here.
+
+The engine feeds the manager what upstream's worker reads from the status manager:
+``update_pod_status(pod, {name: (container_id, running, started_at_wall_seconds)}, pod_ip)``.
+Upstream behaviour followed by ``Worker.step`` (doProbe):
+
+* pods in phase Succeeded/Failed stop their workers; a container without status is waited for;
+* a new container id (restart) resets the worker to the probe type's initial result
+  (liveness SUCCESS, readiness FAILURE, startup UNKNOWN), releases the on-hold state and drops the
+  old id's result; results are stored per container id;
+* a non-running container gets FAILURE; the worker stops if it terminated and restartPolicy=Never;
+* while the pod is being deleted, liveness/startup report SUCCESS and stop probing;
+* nothing runs before ``initialDelaySeconds`` since the container started (whole seconds, like
+  upstream's int32 truncation); liveness/readiness wait until startup succeeded; the startup probe
+  stops once it did;
+* the first run is delayed by a random fraction of the period only if the manager is younger than
+  one period (upstream: avoids a probe storm after a kubelet restart);
+* probe errors (unknown port, CRI error after 3 tries) are discarded, with a Warning event;
+* a liveness/startup FAILURE puts the worker on hold until the container is replaced.
+
+Results changes invoke ``on_change(uid)`` so the kubelet re-syncs that pod (liveness/startup
+failure -> kill with ``kill_decision``; readiness -> status update). Events: Warning ``Unhealthy``
+"<Type> probe failed: <output>", Warning ``ProbeWarning`` "<Type> probe warning: <output>".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pykubelet.agent.prober import metrics
+from pykubelet.agent.prober.probes import ExecRuntime, ProbeError, Prober
+from pykubelet.agent.prober.results import Outcome, ProbeState, ProbeType, Result
+
+log = logging.getLogger(__name__)
+
+ContainerStatuses = dict[str, tuple[str, bool, float | None]]
+DEFAULT_POD_GRACE = 30
+
+
+def first_delay(period: float, manager_age: float, rnd: float) -> float:
+    """Jitter before a worker's first probe: only right after (re)start, like upstream."""
+    return rnd * period if period > manager_age else 0.0
+
+
+def probe_containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """Containers upstream probes: regular ones and restartable (sidecar) init containers."""
+    spec = pod.get("spec") or {}
+    sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    return [*sidecars, *(spec.get("containers") or [])]
+
+
+def pod_uid(pod: dict[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid", ""))
+
+
+@dataclass(frozen=True)
+class KillDecision:
+    """Why a container must be killed because of a probe (for the engine's killContainer)."""
+
+    probe_type: ProbeType
+    reason: str  # upstream kill reason: "LivenessProbe" / "StartupProbe"
+    message: str  # "Container X failed liveness probe" (engine appends ", will be restarted")
+    grace_period: int | None  # probe-level terminationGracePeriodSeconds, if set
+
+
+@dataclass
+class _PodInfo:
+    pod: dict[str, Any]
+    statuses: ContainerStatuses
+    pod_ip: str
+
+
+class Worker:
+    """Periodically probes one container with one probe spec."""
+
+    def __init__(self, manager: ProbeManager, uid: str, container: dict[str, Any], probe_type: ProbeType,
+                 spec: dict[str, Any]) -> None:
+        self.manager = manager
+        self.uid = uid
+        self.container = container
+        self.name = str(container.get("name", ""))
+        self.probe_type = probe_type
+        self.spec = spec
+        self.period = float(spec.get("periodSeconds") or 10)
+        self.initial_delay = int(spec.get("initialDelaySeconds") or 0)
+        self.state = ProbeState(probe_type, int(spec.get("successThreshold") or 1),
+                                int(spec.get("failureThreshold") or 3))
+        self.trigger = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.probes_run = 0
+
+    @property
+    def key(self) -> tuple[str, str, ProbeType]:
+        return (self.uid, self.name, self.probe_type)
+
+    async def run(self) -> None:
+        m = self.manager
+        try:
+            delay = first_delay(self.period, m.clock() - m.started, m.rand())
+            if delay > 0:
+                await m._wait(self, delay)
+            while True:
+                try:
+                    keep = await self.step()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("probe worker %s/%s %s crashed in one run", self.uid, self.name,
+                                  self.probe_type.value)
+                    keep = True
+                if not keep:
+                    break
+                await m._wait(self, self.period)
+        finally:
+            m._worker_done(self)
+
+    async def step(self) -> bool:
+        """One doProbe; returns False when the worker should stop."""
+        m = self.manager
+        info = m._pods.get(self.uid)
+        if info is None:
+            return True
+        pod = info.pod
+        if ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed"):
+            return False
+        st = info.statuses.get(self.name)
+        if st is None:
+            return True
+        cid, running, started_at = st
+        if cid and cid != self.state.container_id:
+            if self.state.container_id:
+                m._remove_result(self.probe_type, self.state.container_id)
+            self.state.reset(cid)
+            m._set_result(self.probe_type, cid, self.state.result, self.uid)
+        if self.state.on_hold:
+            return True
+        if not running:
+            if self.state.container_id:
+                m._set_result(self.probe_type, self.state.container_id, Result.FAILURE, self.uid)
+            restart = str((pod.get("spec") or {}).get("restartPolicy") or "Always")
+            return not (cid and restart == "Never")
+        if (pod.get("metadata") or {}).get("deletionTimestamp") and self.probe_type in (
+            ProbeType.LIVENESS, ProbeType.STARTUP
+        ):
+            m._set_result(self.probe_type, cid, Result.SUCCESS, self.uid)
+            return True
+        if started_at is not None and int(m.wall_clock() - started_at) < self.initial_delay:
+            return True
+        started = m.startup(self.uid, self.name) is Result.SUCCESS
+        if self.probe_type is ProbeType.STARTUP:
+            if started:
+                return True
+        elif not started:
+            return True
+
+        self.probes_run += 1
+        labels = dict(probe_type=self.probe_type.value, container=self.name,
+                      pod=str((pod.get("metadata") or {}).get("name", "")),
+                      namespace=str((pod.get("metadata") or {}).get("namespace", "")))
+        t0 = m.clock()
+        try:
+            outcome, output = await m.prober.run(self.spec, self.container, cid, info.pod_ip)
+        except ProbeError as e:
+            m._event(pod, "Warning", "Unhealthy",
+                     f"{self.probe_type.value} probe errored and resulted in unknown state: {e}")
+            metrics.PROBE_TOTAL.labels(result="unknown", pod_uid=self.uid, **labels).inc()
+            metrics.PROBE_DURATION.labels(**labels).observe(max(0.0, m.clock() - t0))
+            return True
+        if self.state.container_id != cid or self.key not in m._workers:
+            return True  # container replaced or worker removed while probing: result is stale
+        result = Result.SUCCESS
+        if outcome is Outcome.WARNING:
+            m._event(pod, "Warning", "ProbeWarning", f"{self.probe_type.value} probe warning: {output}")
+        elif outcome in (Outcome.FAILURE, Outcome.UNKNOWN):
+            result = Result.FAILURE
+            m._event(pod, "Warning", "Unhealthy", f"{self.probe_type.value} probe failed: {output}")
+        if result is Result.SUCCESS:
+            metrics.PROBE_TOTAL.labels(result="successful", pod_uid=self.uid, **labels).inc()
+            metrics.PROBE_DURATION.labels(**labels).observe(max(0.0, m.clock() - t0))
+        else:
+            metrics.PROBE_TOTAL.labels(result="failed", pod_uid=self.uid, **labels).inc()
+        m._set_result(self.probe_type, cid, self.state.observe(result), self.uid)
+        return True
+
+
+class ProbeManager:
+    """Creates probe workers for pods and serves their cached results (upstream prober.Manager)."""
+
+    def __init__(
+        self,
+        runtime: ExecRuntime,
+        recorder: Any | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        on_change: Callable[[str], None] | None = None,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.runtime = runtime
+        self.recorder = recorder
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.on_change = on_change
+        self.rand = rand
+        self.started = clock()
+        self.prober = Prober(runtime)
+        self._pods: dict[str, _PodInfo] = {}
+        self._workers: dict[tuple[str, str, ProbeType], Worker] = {}
+        self._results: dict[ProbeType, dict[str, Result]] = {t: {} for t in ProbeType}
+
+    # -- pod lifecycle -----------------------------------------------------------------------
+    def add_pod(self, pod: dict[str, Any]) -> None:
+        """Start workers for every probe of the pod (idempotent; probe specs are immutable)."""
+        uid = pod_uid(pod)
+        info = self._pods.get(uid)
+        if info is None:
+            self._pods[uid] = _PodInfo(pod, {}, "")
+        else:
+            info.pod = pod
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            return
+        for c in probe_containers(pod):
+            for t in ProbeType:
+                spec = c.get(t.spec_field)
+                if not spec or (uid, c.get("name", ""), t) in self._workers:
+                    continue
+                w = Worker(self, uid, c, t, spec)
+                self._workers[w.key] = w
+                self._start(w)
+
+    def update_pod_status(self, pod: dict[str, Any], container_statuses: ContainerStatuses, pod_ip: str) -> None:
+        """Latest runtime view; a changed container id wakes that container's workers at once."""
+        uid = pod_uid(pod)
+        info = self._pods.get(uid)
+        old: ContainerStatuses = info.statuses if info else {}
+        self._pods[uid] = _PodInfo(pod, dict(container_statuses), pod_ip or "")
+        for name, st in container_statuses.items():
+            prev = old.get(name)
+            if prev is None or prev[0] != st[0] or prev[1] != st[1]:
+                for t in ProbeType:
+                    w = self._workers.get((uid, name, t))
+                    if w is not None:
+                        w.trigger.set()
+
+    def remove_pod(self, uid: str) -> None:
+        for key in [k for k in self._workers if k[0] == uid]:
+            self._stop_worker(self._workers[key])
+        self._pods.pop(uid, None)
+
+    def cleanup_pods(self, desired_uids: Iterable[str]) -> None:
+        desired = set(desired_uids)
+        for uid in {k[0] for k in self._workers} | set(self._pods):
+            if uid not in desired:
+                self.remove_pod(uid)
+
+    async def stop(self) -> None:
+        """Cancel every worker and close the HTTP session (agent shutdown)."""
+        tasks = [w.task for w in self._workers.values() if w.task is not None]
+        for w in list(self._workers.values()):
+            self._stop_worker(w)
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await self.prober.close()
+
+    # -- results -----------------------------------------------------------------------------
+    def _cid(self, uid: str, name: str) -> str:
+        info = self._pods.get(uid)
+        st = info.statuses.get(name) if info else None
+        return st[0] if st else ""
+
+    def _lookup(self, t: ProbeType, uid: str, name: str, default_with_probe: Result) -> Result:
+        cid = self._cid(uid, name)
+        if cid and cid in self._results[t]:
+            return self._results[t][cid]
+        return default_with_probe if (uid, name, t) in self._workers else Result.SUCCESS
+
+    def liveness(self, uid: str, container_name: str) -> Result:
+        return self._lookup(ProbeType.LIVENESS, uid, container_name, Result.SUCCESS)
+
+    def readiness(self, uid: str, container_name: str) -> Result:
+        return self._lookup(ProbeType.READINESS, uid, container_name, Result.FAILURE)
+
+    def startup(self, uid: str, container_name: str) -> Result:
+        return self._lookup(ProbeType.STARTUP, uid, container_name, Result.UNKNOWN)
+
+    def result_for(self, probe_type: ProbeType, container_id: str) -> Result | None:
+        """Raw cached result by container id (upstream results.Manager.Get)."""
+        return self._results[probe_type].get(container_id)
+
+    def is_started(self, uid: str, container_name: str) -> bool:
+        """ContainerStatus.started: running and (no startup probe or it succeeded)."""
+        info = self._pods.get(uid)
+        st = info.statuses.get(container_name) if info else None
+        return bool(st and st[1]) and self.startup(uid, container_name) is Result.SUCCESS
+
+    def is_ready(self, uid: str, container_name: str) -> bool:
+        """ContainerStatus.ready: started and (no readiness probe or it succeeded)."""
+        return self.is_started(uid, container_name) and self.readiness(uid, container_name) is Result.SUCCESS
+
+    def kill_decision(self, pod: dict[str, Any], container_name: str) -> KillDecision | None:
+        """Whether a liveness/startup failure requires killing the container (computePodActions)."""
+        uid = pod_uid(pod)
+        info = self._pods.get(uid)
+        st = info.statuses.get(container_name) if info else None
+        if st is not None and not st[1]:
+            return None  # upstream only kills *running* unhealthy containers; dead ones just restart
+        container = next((c for c in probe_containers(pod) if c.get("name") == container_name), {})
+        for t, reason in ((ProbeType.LIVENESS, "LivenessProbe"), (ProbeType.STARTUP, "StartupProbe")):
+            if self._lookup(t, uid, container_name, Result.SUCCESS) is Result.FAILURE:
+                grace = (container.get(t.spec_field) or {}).get("terminationGracePeriodSeconds")
+                return KillDecision(t, reason, f"Container {container_name} failed {t.value.lower()} probe",
+                                    int(grace) if grace is not None else None)
+        return None
+
+    @staticmethod
+    def kill_grace_period(pod: dict[str, Any], decision: KillDecision | None) -> int:
+        """Grace period for a probe-caused kill: probe-level override, else the pod's."""
+        if decision is not None and decision.grace_period is not None:
+            return decision.grace_period
+        g = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        return int(g) if g is not None else DEFAULT_POD_GRACE
+
+    def workers(self) -> list[Worker]:
+        return list(self._workers.values())
+
+    # -- internals ---------------------------------------------------------------------------
+    def _start(self, w: Worker) -> None:
+        """Spawn the worker's task (tests override this to drive ``Worker.step`` by hand)."""
+        w.task = asyncio.get_running_loop().create_task(
+            w.run(), name=f"probe-{w.probe_type.value.lower()}-{w.uid}-{w.name}")
+
+    def _set_result(self, t: ProbeType, cid: str, result: Result, uid: str) -> None:
+        store = self._results[t]
+        if store.get(cid) is result:
+            return
+        store[cid] = result
+        if self.on_change is not None:
+            try:
+                self.on_change(uid)
+            except Exception:
+                log.exception("probe on_change callback failed for pod %s", uid)
+
+    def _remove_result(self, t: ProbeType, cid: str) -> None:
+        self._results[t].pop(cid, None)
+
+    def _stop_worker(self, w: Worker) -> None:
+        self._workers.pop(w.key, None)
+        if w.state.container_id:
+            self._remove_result(w.probe_type, w.state.container_id)
+        if w.task is not None and not w.task.done():
+            w.task.cancel()
+
+    def _worker_done(self, w: Worker) -> None:
+        if self._workers.get(w.key) is w:
+            self._workers.pop(w.key, None)
+            if w.state.container_id:
+                self._remove_result(w.probe_type, w.state.container_id)
+
+    def _event(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        if self.recorder is None:
+            return
+        try:
+            self.recorder.event(pod, type_, reason, message)
+        except Exception:
+            log.exception("failed to record probe event")
+
+    async def _wait(self, worker: Worker, seconds: float) -> None:
+        """Sleep ``seconds`` or until the worker is triggered (tests override this)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await worker.trigger.wait()
+        worker.trigger.clear()

@@ -1,0 +1,463 @@
+"""The kubelet HTTP API: ``KubeletServer`` (10250 HTTPS, 10248 healthz, optional 10255 read-only).
+
+Mirrors upstream pkg/kubelet/server/server.go:
+
+* 10250 is HTTPS with the serving cert from ``tlsCertFile``/``tlsPrivateKeyFile`` or a self-signed
+  one generated into ``<root_dir>/pki/kubelet.{crt,key}`` (upstream writes ``kubelet.crt`` there too).
+  Client certificates are requested (not required) and verified against
+  ``authentication.x509.clientCAFile``; every request passes the authn/authz filter (auth.py).
+* 10248 serves only ``/healthz`` over plain HTTP with the named checks ``ping``, ``log``,
+  ``syncloop`` and ``pleg`` (``?verbose`` lists them, a failure is 500 like k8s.io/apiserver healthz).
+* The read-only port (when non-zero) serves the unauthenticated subset upstream keeps there:
+  healthz, pods, stats and metrics.
+
+Routes: ``/pods``, ``/runningpods/``, ``/containerLogs/{ns}/{pod}/{container}``, ``/logs/…`` (files under
+the node log directory; traversal outside it is refused), ``/exec``, ``/attach``, ``/portForward``,
+``/run``, ``/metrics`` (+ ``/cadvisor``, ``/resource``, ``/probes``), ``/stats/summary``, ``/configz``.
+Bad input always ends as a Status/4xx, never as an unhandled exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import html
+import ipaddress
+import json
+import logging
+import os
+import socket
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from pykubelet.agent.server import cri_helpers, logs, stats
+from pykubelet.agent.server.auth import AuthError, KubeletAuth, request_attributes
+from pykubelet.agent.server.status import status_response
+from pykubelet.agent.server.streaming import StreamingHandlers
+
+log = logging.getLogger(__name__)
+
+NODE_LOG_DIR = "/var/log"
+
+
+def ensure_self_signed(root_dir: Path, node_name: str, ips: list[str]) -> tuple[str, str]:
+    """Create (once) a self-signed serving cert like upstream's kubelet does when none is configured."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    pki = root_dir / "pki"
+    crt, key = pki / "kubelet.crt", pki / "kubelet.key"
+    if crt.exists() and key.exists():
+        return str(crt), str(key)
+    pki.mkdir(parents=True, exist_ok=True)
+    pk = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{node_name}@{int(time.time())}")])
+    sans: list[x509.GeneralName] = [x509.DNSName(node_name or "localhost"), x509.DNSName("localhost")]
+    for ip in {"127.0.0.1", *ips}:
+        with contextlib.suppress(ValueError):
+            sans.append(x509.IPAddress(ipaddress.ip_address(ip)))
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(pk.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(pk, hashes.SHA256())
+    )
+    key.write_bytes(pk.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption()))
+    os.chmod(key, 0o600)
+    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return str(crt), str(key)
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    return getattr(obj, name, default) if obj is not None else default
+
+
+class KubeletServer:
+    """Serves the kubelet API; see the module docstring for ports and routes."""
+
+    def __init__(self, *, kubelet: Any, runtime: Any, options: Any, api: Any | None,
+                 node_log_dir: str = NODE_LOG_DIR) -> None:
+        self.kubelet = kubelet
+        self.runtime = runtime
+        self.options = options
+        self.config = options.config
+        self.api = api
+        self.node_name = str(_get(options, "node_name", "") or socket.gethostname())
+        self.root_dir = Path(_get(options, "root_dir", "/var/lib/kubelet"))
+        self.node_log_dir = os.path.realpath(node_log_dir)
+        self.auth = KubeletAuth(config=self.config, api=api, node_name=self.node_name)
+        self.streaming = StreamingHandlers(runtime=runtime, find_pod=self._find_pod)
+        self.stats = stats.StatsProvider(runtime=runtime, node_name=self.node_name, root_dir=str(self.root_dir))
+        self._runners: list[web.AppRunner] = []
+        self.ports: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def _ssl_context(self) -> ssl.SSLContext:
+        cert = _get(self.config, "tls_cert_file", "")
+        key = _get(self.config, "tls_private_key_file", "")
+        if not (cert and key):
+            node_ip = str(_get(self.options, "node_ip", "") or "")
+            cert, key = ensure_self_signed(self.root_dir, self.node_name, [node_ip] if node_ip else [])
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(cert, key)
+        ca = _get(_get(_get(self.config, "authentication"), "x509"), "client_ca_file", "")
+        if ca:
+            ctx.load_verify_locations(cafile=ca)
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+        return ctx
+
+    def build_main_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._auth_middleware], client_max_size=1 << 20)
+        self._add_read_routes(app)
+        r = app.router
+        r.add_get("/runningpods/", self.running_pods)
+        r.add_get("/containerLogs/{namespace}/{pod}/{container}", self.container_logs)
+        r.add_get("/logs", self.node_logs)
+        r.add_get("/logs/{path:.*}", self.node_logs)
+        for prefix, handler in (("/exec", self.streaming.exec), ("/attach", self.streaming.attach)):
+            r.add_route("GET", prefix + "/{namespace}/{pod}/{container}", handler)
+            r.add_route("POST", prefix + "/{namespace}/{pod}/{container}", handler)
+            r.add_route("GET", prefix + "/{namespace}/{pod}/{uid}/{container}", handler)
+            r.add_route("POST", prefix + "/{namespace}/{pod}/{uid}/{container}", handler)
+        r.add_route("GET", "/portForward/{namespace}/{pod}", self.streaming.port_forward)
+        r.add_route("POST", "/portForward/{namespace}/{pod}", self.streaming.port_forward)
+        r.add_route("GET", "/portForward/{namespace}/{pod}/{uid}", self.streaming.port_forward)
+        r.add_route("POST", "/portForward/{namespace}/{pod}/{uid}", self.streaming.port_forward)
+        r.add_post("/run/{namespace}/{pod}/{container}", self.streaming.run)
+        r.add_post("/run/{namespace}/{pod}/{uid}/{container}", self.streaming.run)
+        r.add_get("/configz", self.configz)
+        return app
+
+    def _add_read_routes(self, app: web.Application) -> None:
+        r = app.router
+        r.add_get("/healthz", self.healthz)
+        r.add_get("/healthz/{check}", self.healthz)
+        r.add_get("/pods", self.pods)
+        r.add_get("/pods/", self.pods)
+        r.add_get("/stats/summary", self.stats_summary)
+        r.add_get("/stats/summary/", self.stats_summary)
+        r.add_get("/metrics", self.metrics)
+        r.add_get("/metrics/cadvisor", self.metrics_cadvisor)
+        r.add_get("/metrics/resource", self.metrics_resource)
+        r.add_get("/metrics/probes", self.metrics_probes)
+        r.add_get("/spec", self.spec)
+        r.add_get("/spec/", self.spec)
+
+    def build_healthz_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/healthz/{check}", self.healthz)
+        return app
+
+    def build_readonly_app(self) -> web.Application:
+        app = web.Application()
+        self._add_read_routes(app)
+        return app
+
+    async def _serve(self, app: web.Application, name: str, host: str, port: int,
+                     ctx: ssl.SSLContext | None) -> None:
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        self._runners.append(runner)
+        site = web.TCPSite(runner, host or None, port, ssl_context=ctx, reuse_address=True)
+        await site.start()
+        server = getattr(site, "_server", None)
+        socks = getattr(server, "sockets", None) or []
+        self.ports[name] = socks[0].getsockname()[1] if socks else port
+
+    async def start(self) -> None:
+        cfg = self.config
+        try:
+            await self._serve(self.build_main_app(), "main", str(_get(cfg, "address", "0.0.0.0")),
+                              int(_get(cfg, "port", 10250)), self._ssl_context())
+            hport = int(_get(cfg, "healthz_port", 10248))
+            if hport:
+                await self._serve(self.build_healthz_app(), "healthz",
+                                  str(_get(cfg, "healthz_bind_address", "127.0.0.1")), hport, None)
+            ro = int(_get(cfg, "read_only_port", 0) or 0)
+            if ro:
+                await self._serve(self.build_readonly_app(), "readonly", str(_get(cfg, "address", "0.0.0.0")),
+                                  ro, None)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        runners, self._runners = self._runners, []
+        for runner in runners:
+            with contextlib.suppress(Exception):
+                await runner.cleanup()
+
+    # ------------------------------------------------------------------ auth
+    @web.middleware
+    async def _auth_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        peercert = None
+        if request.transport is not None:
+            with contextlib.suppress(Exception):
+                peercert = request.transport.get_extra_info("peercert")
+        try:
+            user = await self.auth.authenticate(peercert=peercert,
+                                                authorization=request.headers.get("Authorization"))
+        except AuthError as e:
+            return web.Response(status=e.status, text=e.message)
+        attrs = request_attributes(user, request.method, request.path, self.node_name)
+        allowed, reason = await self.auth.authorize(attrs)
+        if not allowed:
+            msg = attrs.forbidden_message()
+            log.info("kubelet API denied %s: %s", msg, reason)
+            return web.Response(status=403, text=msg)
+        return await handler(request)
+
+    # ------------------------------------------------------------------ kubelet lookups
+    def _find_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        getter = getattr(self.kubelet, "get_pod_by_name", None)
+        pod: Any = None
+        if getter is not None:
+            pod = getter(namespace, name)
+            if isinstance(pod, tuple):
+                pod = pod[0] if len(pod) > 1 and pod[1] else None
+        if pod is None:
+            for p in self._pods():
+                md = p.get("metadata") or {}
+                if md.get("namespace") == namespace and md.get("name") == name:
+                    return p
+        return pod if isinstance(pod, dict) else None
+
+    def _pods(self) -> list[dict[str, Any]]:
+        try:
+            return list(self.kubelet.pods())
+        except Exception:
+            return []
+
+    # ------------------------------------------------------------------ handlers
+    async def healthz(self, request: web.Request) -> web.Response:
+        checks: list[tuple[str, bool, str]] = [("ping", True, ""), ("log", True, "")]
+        for name, attr in (("syncloop", "sync_loop_healthy"), ("pleg", "pleg_healthy")):
+            fn = getattr(self.kubelet, attr, None)
+            ok, why = True, ""
+            if fn is not None:
+                try:
+                    res = fn()
+                    if asyncio.iscoroutine(res):
+                        res = await res
+                    ok = bool(res[0]) if isinstance(res, tuple) else bool(res)
+                    why = str(res[1]) if isinstance(res, tuple) and len(res) > 1 else ""
+                except Exception as e:
+                    ok, why = False, str(e)
+            checks.append((name, ok, why))
+        only = request.match_info.get("check")
+        if only:
+            found = [c for c in checks if c[0] == only]
+            if not found:
+                return web.Response(status=404, text="404 page not found\n")
+            checks = found
+        healthy = all(ok for _, ok, _ in checks)
+        if "verbose" in request.query or not healthy:
+            lines = [f"[+]{n} ok" if ok else f"[-]{n} failed: reason withheld" for n, ok, _ in checks]
+            lines.append("healthz check passed" if healthy else "healthz check failed")
+            return web.Response(status=200 if healthy else 500, text="\n".join(lines) + "\n")
+        return web.Response(text="ok")
+
+    async def pods(self, request: web.Request) -> web.Response:
+        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": self._pods()})
+
+    async def running_pods(self, request: web.Request) -> web.Response:
+        try:
+            sandboxes = await self.runtime.list_pod_sandbox()
+            containers = await self.runtime.list_containers()
+        except Exception as e:
+            return status_response(500, "InternalError", f"runtime error: {e}")
+        from cri_api.v1 import api_pb2 as pb
+
+        pods: dict[str, dict[str, Any]] = {}
+        for s in getattr(sandboxes, "items", sandboxes) or []:
+            if int(s.state) != pb.SANDBOX_READY:
+                continue
+            md = s.metadata
+            pods[md.uid] = {"metadata": {"name": md.name, "namespace": md.namespace, "uid": md.uid,
+                                         "creationTimestamp": None},
+                            "spec": {"containers": []}, "status": {}}
+        for c in getattr(containers, "containers", containers) or []:
+            if int(c.state) != pb.CONTAINER_RUNNING:
+                continue
+            uid = dict(c.labels).get(cri_helpers.LABEL_UID, "")
+            if uid in pods:
+                pods[uid]["spec"]["containers"].append(
+                    {"name": c.metadata.name, "image": c.image.image or c.image_ref, "resources": {}})
+        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": list(pods.values())})
+
+    async def container_logs(self, request: web.Request) -> web.StreamResponse:
+        ns, name, container = (request.match_info["namespace"], request.match_info["pod"],
+                               request.match_info["container"])
+        pod = self._find_pod(ns, name)
+        if pod is None:
+            return status_response(404, "NotFound", f'pod "{name}" not found', {"name": name, "kind": "pods"})
+        spec = pod.get("spec") or {}
+        names = [c.get("name") for key in ("containers", "initContainers", "ephemeralContainers")
+                 for c in spec.get(key) or []]
+        if container not in names:
+            return status_response(404, "NotFound", f'container "{container}" not found in pod "{name}"')
+        try:
+            opts = logs.options_from_query(dict(request.query), time.time_ns())
+        except ValueError as e:
+            return status_response(400, "BadRequest", str(e))
+        uid = (pod.get("metadata") or {}).get("uid")
+        try:
+            c = await cri_helpers.pick_container(self.runtime, ns, name, container, uid=uid, previous=opts.previous)
+            st = await cri_helpers.container_status(self.runtime, c.id)
+        except cri_helpers.NotFound as e:
+            return status_response(400, "BadRequest", str(e))
+        except Exception as e:
+            return status_response(500, "InternalError", f"runtime error: {e}")
+        path = str(getattr(st, "log_path", "") or "")
+        if path and not os.path.isabs(path):
+            path = os.path.join(str(_get(self.config, "pod_logs_dir", "/var/log/pods")), f"{ns}_{name}_{uid}", path)
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain", "Cache-Control": "no-cache"})
+        if not path or not await asyncio.to_thread(os.path.exists, path):
+            await resp.prepare(request)
+            await resp.write_eof()
+            return resp
+        cid = str(c.id)
+
+        async def running() -> bool:
+            return await cri_helpers.is_running(self.runtime, cid)
+
+        def gone() -> bool:
+            t = request.transport
+            return t is None or t.is_closing()
+
+        if opts.follow:
+            resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        try:
+            async for chunk in logs.read_logs(path, opts, is_running=running, client_gone=gone):
+                await resp.write(chunk)
+            await resp.write_eof()
+        except (ConnectionError, FileNotFoundError, RuntimeError):
+            pass
+        return resp
+
+    def _resolve_node_log(self, rel: str) -> tuple[str, str]:
+        """(kind, target) for a /logs/ path: kind is forbidden|dir|file|missing (blocking, run off-loop)."""
+        target = os.path.realpath(os.path.join(self.node_log_dir, rel.lstrip("/")))
+        if target != self.node_log_dir and not target.startswith(self.node_log_dir + os.sep):
+            return "forbidden", target
+        if os.path.isdir(target):
+            return "dir", target
+        return ("file" if os.path.isfile(target) else "missing"), target
+
+    def _listing(self, target: str) -> str:
+        items = []
+        for e in sorted(os.listdir(target)):
+            suffix = "/" if os.path.isdir(os.path.join(target, e)) else ""
+            q = html.escape(e + suffix, quote=True)
+            items.append(f'<a href="{q}">{q}</a>')
+        return "<pre>\n" + "\n".join(items) + "\n</pre>\n"
+
+    async def node_logs(self, request: web.Request) -> web.StreamResponse:
+        rel = request.match_info.get("path", "")
+        if "\x00" in rel:
+            return web.Response(status=400, text="invalid path\n")
+        kind, target = await asyncio.to_thread(self._resolve_node_log, rel)
+        if kind == "forbidden":
+            return web.Response(status=403, text="path outside the node log directory\n")
+        if kind == "dir":
+            if rel and not request.path.endswith("/"):
+                raise web.HTTPMovedPermanently(request.path + "/")
+            try:
+                text = await asyncio.to_thread(self._listing, target)
+            except OSError:
+                return web.Response(status=403, text="forbidden\n")
+            return web.Response(text=text, content_type="text/html")
+        if kind == "missing":
+            return web.Response(status=404, text="404 page not found\n")
+        return web.FileResponse(target, headers={"Content-Type": "text/plain; charset=utf-8"})
+
+    async def configz(self, request: web.Request) -> web.Response:
+        to_dict = getattr(self.config, "to_dict", None)
+        try:
+            data = to_dict() if to_dict is not None else {}
+        except Exception:
+            data = {}
+        return web.json_response({"kubeletconfig": data})
+
+    async def spec(self, request: web.Request) -> web.Response:
+        mem = stats.node_memory()
+        return web.json_response({"num_cores": os.cpu_count() or 1, "memory_capacity": mem.get("capacity", 0),
+                                  "machine_id": (stats._read("/etc/machine-id") or "").strip()})
+
+    async def stats_summary(self, request: web.Request) -> web.Response:
+        try:
+            summary = await self.stats.summary()
+        except Exception as e:
+            return status_response(500, "InternalError", f"failed to get stats: {e}")
+        if request.query.get("only_cpu_and_memory", "").lower() == "true":
+            summary["node"] = {k: v for k, v in summary["node"].items() if k in ("nodeName", "startTime", "cpu", "memory")}
+            for p in summary["pods"]:
+                for k in list(p):
+                    if k not in ("podRef", "startTime", "cpu", "memory", "containers"):
+                        del p[k]
+        return web.Response(text=json.dumps(summary, indent=2), content_type="application/json")
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+        registry: Any
+        try:
+            from pykubelet.agent import metrics as m
+
+            registry = m.REGISTRY
+        except Exception:
+            registry = CollectorRegistry()
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def metrics_probes(self, request: web.Request) -> web.Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+        try:
+            from pykubelet.agent import metrics as m
+
+            registry: Any = getattr(m, "PROBER_REGISTRY", None) or getattr(m, "PROBES_REGISTRY", None)
+            if registry is None:
+                text = generate_latest(m.REGISTRY).decode()
+                keep: list[str] = []
+                for line in text.splitlines():
+                    name = line.split(" ")[2] if line.startswith("#") and len(line.split(" ")) > 2 else line
+                    if name.startswith("prober_"):
+                        keep.append(line)
+                return web.Response(body=("\n".join(keep) + "\n").encode() if keep else b"",
+                                    headers={"Content-Type": CONTENT_TYPE_LATEST})
+        except Exception:
+            registry = CollectorRegistry()
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def metrics_resource(self, request: web.Request) -> web.Response:
+        summary: dict[str, Any] | None
+        try:
+            summary = await self.stats.summary()
+        except Exception:
+            summary = None
+        return web.Response(text=stats.resource_metrics(summary), content_type="text/plain",
+                            charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})
+
+    async def metrics_cadvisor(self, request: web.Request) -> web.Response:
+        try:
+            summary = await self.stats.summary(keep_ids=True)
+        except Exception as e:
+            return web.Response(status=500, text=f"failed to collect stats: {e}\n")
+        mem = stats.node_memory().get("capacity", 0)
+        return web.Response(text=stats.cadvisor_metrics(summary, machine_cores=os.cpu_count() or 1,
+                                                        machine_memory=mem),
+                            content_type="text/plain", charset="utf-8")
