@@ -1,0 +1,407 @@
+"""Node lifecycle controller: node health from Leases, condition-based taints, NoExecute eviction.
+
+Design: decisions are pure functions of (node, lease observations, pods, ``now``) so they are
+tested with a fake clock; ``NodeLifecycleController`` keeps caches fed by list+watch of nodes,
+Leases in ``kube-node-lease`` and pods, and every ``monitor_period`` applies the decisions with
+PATCHes/DELETEs.  Health is judged from the controller's *own* observation time of the last change
+of the Lease's ``renewTime`` (or of the Ready heartbeat), like upstream's ``probeTimestamp``, so
+clock skew between kubelet and control plane does not matter; every node gets a fresh grace
+period when the controller starts.
+
+Upstream behaviour followed (pkg/controller/nodelifecycle, pkg/controller/tainteviction):
+- a node not heard from within the grace period (40 s) gets Ready, MemoryPressure, DiskPressure
+  and PIDPressure set to Unknown with reason NodeStatusUnknown, "Kubelet stopped posting node
+  status." (NodeStatusNeverUpdated / "Kubelet never posted node status." for conditions the
+  kubelet never reported), and its pods' Ready condition set to False (MarkPodsNotReady);
+- taints follow conditions (TaintNodesByCondition + taint-based eviction): Ready=False ->
+  node.kubernetes.io/not-ready NoSchedule+NoExecute, Ready=Unknown/absent ->
+  node.kubernetes.io/unreachable NoSchedule+NoExecute (NoExecute carries timeAdded), pressure
+  conditions -> memory-/disk-/pid-pressure NoSchedule, spec.unschedulable ->
+  node.kubernetes.io/unschedulable NoSchedule; when the kubelet reports Ready again they go;
+- NoExecute eviction: a pod on the node that does not tolerate every NoExecute taint is deleted
+  at once; otherwise at taint time + the smallest tolerationSeconds of the tolerations used (never
+  if none of them sets it); before deletion the pod gets DisruptionTarget=True
+  (reason DeletionByTaintManager).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+MEMORY_PRESSURE_TAINT = "node.kubernetes.io/memory-pressure"
+DISK_PRESSURE_TAINT = "node.kubernetes.io/disk-pressure"
+PID_PRESSURE_TAINT = "node.kubernetes.io/pid-pressure"
+NETWORK_UNAVAILABLE_TAINT = "node.kubernetes.io/network-unavailable"
+MANAGED_TAINT_KEYS = {
+    NOT_READY_TAINT,
+    UNREACHABLE_TAINT,
+    UNSCHEDULABLE_TAINT,
+    MEMORY_PRESSURE_TAINT,
+    DISK_PRESSURE_TAINT,
+    PID_PRESSURE_TAINT,
+    NETWORK_UNAVAILABLE_TAINT,
+}
+WATCHED_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
+LEASE_NAMESPACE = "kube-node-lease"
+
+
+def fmt_time(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(s: Any) -> datetime | None:
+    if not isinstance(s, str) or not s:
+        return None
+    try:
+        t = datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def _meta(o: Obj) -> Obj:
+    return o.get("metadata") or {}
+
+
+def _spec(o: Obj) -> Obj:
+    return o.get("spec") or {}
+
+
+def _conditions(node: Obj) -> list[Obj]:
+    return [c for c in (node.get("status") or {}).get("conditions") or [] if isinstance(c, dict)]
+
+
+def condition_status(node: Obj, ctype: str) -> str | None:
+    for c in _conditions(node):
+        if c.get("type") == ctype:
+            return str(c.get("status"))
+    return None
+
+
+# --- health tracking ------------------------------------------------------------------------
+
+
+def health_signature(node: Obj | None, lease: Obj | None) -> str:
+    """What changes when the kubelet is alive: lease renewTime and the Ready heartbeat."""
+    renew = (_spec(lease).get("renewTime") if lease else None) or ""
+    hb = ""
+    if node is not None:
+        for c in _conditions(node):
+            if c.get("type") == "Ready":
+                hb = str(c.get("lastHeartbeatTime") or "")
+    return json.dumps([renew, hb])
+
+
+@dataclass
+class HealthTracker:
+    """Per-node probe timestamps (upstream nodeHealthData.probeTimestamp)."""
+
+    grace_period: float = 40.0
+    _seen: dict[str, tuple[str, datetime]] = field(default_factory=dict)
+
+    def observe(self, name: str, signature: str, now: datetime) -> None:
+        prev = self._seen.get(name)
+        if prev is None or prev[0] != signature:
+            self._seen[name] = (signature, now)
+
+    def forget(self, name: str) -> None:
+        self._seen.pop(name, None)
+
+    def is_stale(self, name: str, now: datetime) -> bool:
+        prev = self._seen.get(name)
+        if prev is None:
+            return False
+        return (now - prev[1]).total_seconds() > self.grace_period
+
+
+def unknown_conditions(node: Obj, now: datetime) -> list[Obj] | None:
+    """Conditions with the watched ones forced to Unknown; None if nothing changes."""
+    conds = copy.deepcopy(_conditions(node))
+    changed = False
+    ts = fmt_time(now)
+    by_type = {c.get("type"): c for c in conds}
+    for ctype in WATCHED_CONDITIONS:
+        c = by_type.get(ctype)
+        if c is None:
+            conds.append(
+                {
+                    "type": ctype,
+                    "status": "Unknown",
+                    "reason": "NodeStatusNeverUpdated",
+                    "message": "Kubelet never posted node status.",
+                    "lastHeartbeatTime": (_meta(node).get("creationTimestamp") or ts),
+                    "lastTransitionTime": ts,
+                }
+            )
+            changed = True
+        elif c.get("status") != "Unknown":
+            c["status"] = "Unknown"
+            c["reason"] = "NodeStatusUnknown"
+            c["message"] = "Kubelet stopped posting node status."
+            c["lastTransitionTime"] = ts
+            changed = True
+    return conds if changed else None
+
+
+def desired_taints(node: Obj, now: datetime) -> list[Obj]:
+    """The node's taints with the controller-managed ones recomputed from its conditions."""
+    current = [t for t in _spec(node).get("taints") or [] if isinstance(t, dict)]
+    want: list[tuple[str, str]] = []
+    ready = condition_status(node, "Ready")
+    if ready == "False":
+        want += [(NOT_READY_TAINT, "NoSchedule"), (NOT_READY_TAINT, "NoExecute")]
+    elif ready != "True":
+        want += [(UNREACHABLE_TAINT, "NoSchedule"), (UNREACHABLE_TAINT, "NoExecute")]
+    for ctype, key in (
+        ("MemoryPressure", MEMORY_PRESSURE_TAINT),
+        ("DiskPressure", DISK_PRESSURE_TAINT),
+        ("PIDPressure", PID_PRESSURE_TAINT),
+        ("NetworkUnavailable", NETWORK_UNAVAILABLE_TAINT),
+    ):
+        if condition_status(node, ctype) == "True":
+            want.append((key, "NoSchedule"))
+    if _spec(node).get("unschedulable"):
+        want.append((UNSCHEDULABLE_TAINT, "NoSchedule"))
+    out = [t for t in current if t.get("key") not in MANAGED_TAINT_KEYS or (t.get("key"), t.get("effect")) in want]
+    have = {(t.get("key"), t.get("effect")) for t in out}
+    for key, effect in want:
+        if (key, effect) not in have:
+            t: Obj = {"key": key, "effect": effect}
+            if effect == "NoExecute":
+                t["timeAdded"] = fmt_time(now)
+            out.append(t)
+    return out
+
+
+def _tolerates(tol: Obj, taint: Obj) -> bool:
+    if tol.get("effect") and tol.get("effect") != taint.get("effect"):
+        return False
+    if tol.get("key") and tol.get("key") != taint.get("key"):
+        return False
+    op = tol.get("operator") or "Equal"
+    if op == "Exists":
+        return True
+    return op == "Equal" and (tol.get("value") or "") == (taint.get("value") or "")
+
+
+def eviction_time(pod: Obj, taints: list[Obj], now: datetime) -> datetime | None:
+    """When the pod must be deleted because of NoExecute taints (None: never)."""
+    noexec = [t for t in taints if t.get("effect") == "NoExecute"]
+    if not noexec:
+        return None
+    tolerations = [t for t in _spec(pod).get("tolerations") or [] if isinstance(t, dict)]
+    used: list[Obj] = []
+    for taint in noexec:
+        match = [tol for tol in tolerations if _tolerates(tol, taint)]
+        if not match:
+            return now
+        used.extend(match)
+    seconds = [int(t["tolerationSeconds"]) for t in used if t.get("tolerationSeconds") is not None]
+    if not seconds:
+        return None
+    minimum = min(seconds)
+    added = [parse_time(t.get("timeAdded")) for t in noexec]
+    start = min((a for a in added if a is not None), default=now)
+    if minimum <= 0:
+        return start
+    return start + timedelta(seconds=minimum)
+
+
+def pod_ready_false_patch(pod: Obj, now: datetime) -> Obj | None:
+    """Strategic-merge patch marking the pod not Ready (MarkPodsNotReady), or None."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            if c.get("status") == "False":
+                return None
+            return {"status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": fmt_time(now)}]}}
+    return None
+
+
+# --- I/O ------------------------------------------------------------------------------------
+
+
+class LifecycleApi(Protocol):
+    async def list(self, path: str, params: Any = None) -> Obj: ...
+    async def patch(self, path: str, body: Any, patch_type: str = "merge", params: Any = None) -> Obj: ...
+    async def delete(self, path: str, body: Obj | None = None, params: Any = None) -> Obj: ...
+    def watch(self, path: str, *, resource_version: str | None = None, params: Any = None,
+              timeout_seconds: int | None = None) -> Any: ...
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class NodeLifecycleController:
+    def __init__(
+        self,
+        api: LifecycleApi,
+        *,
+        grace_period: float = 40.0,
+        eviction_timeout: float = 300.0,
+        monitor_period: float = 5.0,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.api = api
+        self.grace_period = grace_period
+        # Default toleration length applied by admission (DefaultTolerationSeconds); eviction itself
+        # follows each pod's tolerations, as upstream's taint-based eviction does.
+        self.eviction_timeout = eviction_timeout
+        self.monitor_period = monitor_period
+        self.clock = clock
+        self.health = HealthTracker(grace_period)
+        self.nodes: dict[str, Obj] = {}
+        self.leases: dict[str, Obj] = {}
+        self.pods: dict[str, Obj] = {}
+        self._evicting: set[str] = set()
+        self._synced: set[str] = set()
+
+    # cache handlers ----------------------------------------------------------------------------
+
+    def _observe(self, name: str) -> None:
+        self.health.observe(name, health_signature(self.nodes.get(name), self.leases.get(name)), self.clock())
+
+    def on_node_event(self, etype: str, node: Obj) -> None:
+        name = str(_meta(node).get("name", ""))
+        if etype == "DELETED":
+            self.nodes.pop(name, None)
+            self.health.forget(name)
+            return
+        self.nodes[name] = node
+        self._observe(name)
+
+    def on_lease_event(self, etype: str, lease: Obj) -> None:
+        name = str(_meta(lease).get("name", ""))
+        if etype == "DELETED":
+            self.leases.pop(name, None)
+            return
+        self.leases[name] = lease
+        if name in self.nodes:
+            self._observe(name)
+
+    def on_pod_event(self, etype: str, pod: Obj) -> None:
+        m = _meta(pod)
+        key = f"{m.get('namespace', '')}/{m.get('name', '')}"
+        if etype == "DELETED":
+            self.pods.pop(key, None)
+            self._evicting.discard(key)
+        else:
+            self.pods[key] = pod
+
+    # one monitoring pass -----------------------------------------------------------------------
+
+    async def reconcile(self) -> None:
+        """One pass over all nodes (upstream monitorNodeHealth + taint eviction)."""
+        now = self.clock()
+        for name, node in list(self.nodes.items()):
+            try:
+                node = await self._reconcile_node(name, node, now)
+                await self._evict(name, node, now)
+            except Exception:
+                log.exception("node lifecycle for %s failed", name)
+
+    async def _reconcile_node(self, name: str, node: Obj, now: datetime) -> Obj:
+        if self.health.is_stale(name, now):
+            conds = unknown_conditions(node, now)
+            if conds is not None:
+                log.info("node %s: kubelet stopped posting status; marking Unknown", name)
+                node = await self.api.patch(
+                    f"/api/v1/nodes/{name}/status", {"status": {"conditions": conds}}, "merge"
+                )
+                self.nodes[name] = node
+                for key, pod in list(self.pods.items()):
+                    if _spec(pod).get("nodeName") == name:
+                        patch = pod_ready_false_patch(pod, now)
+                        if patch is not None:
+                            ns, pname = key.split("/", 1)
+                            with contextlib.suppress(Exception):
+                                await self.api.patch(
+                                    f"/api/v1/namespaces/{ns}/pods/{pname}/status", patch, "strategic"
+                                )
+        taints = desired_taints(node, now)
+        if taints != (_spec(node).get("taints") or []):
+            node = await self.api.patch(f"/api/v1/nodes/{name}", {"spec": {"taints": taints or None}}, "merge")
+            self.nodes[name] = node
+        return node
+
+    async def _evict(self, name: str, node: Obj, now: datetime) -> None:
+        taints = [t for t in _spec(node).get("taints") or [] if isinstance(t, dict)]
+        for key, pod in list(self.pods.items()):
+            if _spec(pod).get("nodeName") != name or key in self._evicting:
+                continue
+            if _meta(pod).get("deletionTimestamp"):
+                continue
+            when = eviction_time(pod, taints, now)
+            if when is None or when > now:
+                continue
+            ns, pname = key.split("/", 1)
+            self._evicting.add(key)
+            log.info("evicting pod %s from node %s (NoExecute taint)", key, name)
+            cond = {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "DeletionByTaintManager",
+                "message": "Taint manager: deleting due to NoExecute taint",
+                "lastTransitionTime": fmt_time(now),
+            }
+            with contextlib.suppress(Exception):
+                await self.api.patch(
+                    f"/api/v1/namespaces/{ns}/pods/{pname}/status", {"status": {"conditions": [cond]}}, "strategic"
+                )
+            try:
+                await self.api.delete(f"/api/v1/namespaces/{ns}/pods/{pname}")
+            except Exception:
+                self._evicting.discard(key)
+                log.warning("deleting %s failed", key, exc_info=True)
+
+    # loops -------------------------------------------------------------------------------------
+
+    async def _reflect(self, path: str, handler: Callable[[str, Obj], None]) -> None:
+        while True:
+            try:
+                lst = await self.api.list(path)
+                items = lst.get("items") or []
+                for item in items:
+                    handler("ADDED", item)
+                self._synced.add(path)
+                rv = (lst.get("metadata") or {}).get("resourceVersion")
+                async for etype, obj in self.api.watch(path, resource_version=rv):
+                    if etype in ("ADDED", "MODIFIED", "DELETED"):
+                        handler(etype, obj)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.info("watch %s ended: %s; relisting", path, e)
+                await asyncio.sleep(1.0)
+
+    async def run(self) -> None:
+        specs: list[tuple[str, Callable[[str, Obj], None]]] = [
+            ("/api/v1/nodes", self.on_node_event),
+            (f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases", self.on_lease_event),
+            ("/api/v1/pods", self.on_pod_event),
+        ]
+        tasks = [asyncio.create_task(self._reflect(p, h)) for p, h in specs]
+        try:
+            while True:
+                if len(self._synced) == len(specs):
+                    await self.reconcile()
+                await asyncio.sleep(self.monitor_period)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,691 @@
+"""Pod defaulting and validation for the dev control plane (plus object-name validation).
+
+Design: pure functions over v1 JSON dicts.  ``default_pod`` mutates in place (like upstream's
+generated ``SetObjectDefaults_Pod`` followed by the admission plugins the API server runs on
+create); the validators return ``[(field_path, message)]`` where ``message`` is the text upstream's
+``field.Error`` prints after the path, so the server core can render
+``Pod "x" is invalid: [spec.containers[0].image: Required value, ...]`` verbatim.
+
+Entry points for the server core:
+- ``default_pod(pod)`` before validation on create (and on update, after merging patches);
+- ``validate(resource, obj, old)``: one call per write; for pods it is ``validate_pod`` (metadata
+  checks included), for any other resource ``validate_metadata``.  Do not call both for pods.
+
+Upstream behaviour followed:
+- pkg/apis/core/v1/defaults.go: restartPolicy Always, dnsPolicy ClusterFirst,
+  terminationGracePeriodSeconds 30, schedulerName default-scheduler, securityContext {},
+  enableServiceLinks true, container terminationMessagePath/-Policy, imagePullPolicy Always for
+  ``:latest`` or untagged images else IfNotPresent, port protocol TCP, hostNetwork copies
+  containerPort to hostPort, probe defaults (1s/10s/1/3, httpGet path "/" scheme HTTP), volume
+  defaultMode 0644 (420), missing volume source -> emptyDir, fieldRef apiVersion v1, requests
+  defaulted from limits;
+- admission: ServiceAccount (serviceAccountName "default"), Priority (priority 0),
+  DefaultTolerationSeconds (not-ready/unreachable NoExecute for 300 s unless already tolerated);
+- registry strategy: status {phase: Pending, qosClass} on create;
+- pkg/apis/core/validation: message wording of Required/Invalid/Duplicate/NotSupported/Forbidden,
+  RFC 1123 names, pod update immutability (only images, activeDeadlineSeconds, tolerations
+  additions, schedulingGates removal may change).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+from pykubelet.common.podutil import qos_class
+from pykubelet.common.quantity import QuantityError, parse_quantity
+
+FieldErrors = list[tuple[str, str]]
+
+DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS1123_SUBDOMAIN_FMT = DNS1123_LABEL_FMT + r"(\." + DNS1123_LABEL_FMT + ")*"
+DNS1035_LABEL_FMT = "[a-z]([-a-z0-9]*[a-z0-9])?"
+QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+LABEL_VALUE_FMT = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
+ENV_VAR_FMT = "[-._a-zA-Z][-._a-zA-Z0-9]*"
+
+DNS1123_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+    "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
+    f"validation is '{DNS1123_LABEL_FMT}')"
+)
+DNS1123_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+    f"validation is '{DNS1123_SUBDOMAIN_FMT}')"
+)
+DNS1035_LABEL_MSG = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+    "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
+    f"regex used for validation is '{DNS1035_LABEL_FMT}')"
+)
+QUALIFIED_NAME_MSG = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with "
+    "an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+    f"validation is '{QUALIFIED_NAME_FMT}')"
+)
+LABEL_VALUE_MSG = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
+    f"'12345', regex used for validation is '{LABEL_VALUE_FMT}')"
+)
+ENV_VAR_MSG = (
+    "a valid environment variable name must consist of alphabetic characters, digits, '_', '-', or "
+    "'.', and must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or 'MyEnvName1', "
+    f"regex used for validation is '{ENV_VAR_FMT}')"
+)
+POD_UPDATE_FORBIDDEN = (
+    "pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+    "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+    "(allow it to be set to 1 if it was previously negative)"
+)
+
+_LABEL_RE = re.compile(f"^{DNS1123_LABEL_FMT}$")
+_SUBDOMAIN_RE = re.compile(f"^{DNS1123_SUBDOMAIN_FMT}$")
+_DNS1035_RE = re.compile(f"^{DNS1035_LABEL_FMT}$")
+_QUALIFIED_RE = re.compile(f"^{QUALIFIED_NAME_FMT}$")
+_LABEL_VALUE_RE = re.compile(f"^{LABEL_VALUE_FMT}$")
+_ENV_RE = re.compile(f"^{ENV_VAR_FMT}$")
+_IANA_SVC_RE = re.compile("^[-a-z0-9]+$")
+
+DEFAULT_TOLERATION_SECONDS = 300
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+
+
+# --- message helpers (upstream field.Error.ErrorBody wording) ----------------------------------
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return str(v)
+    return json.dumps(v, sort_keys=True)
+
+
+def required(detail: str = "") -> str:
+    return "Required value" + (f": {detail}" if detail else "")
+
+
+def invalid(value: Any, detail: str) -> str:
+    return f"Invalid value: {_fmt_value(value)}" + (f": {detail}" if detail else "")
+
+
+def duplicate(value: Any) -> str:
+    return f"Duplicate value: {_fmt_value(value)}"
+
+
+def not_supported(value: Any, supported: list[str]) -> str:
+    return f"Unsupported value: {_fmt_value(value)}: supported values: " + ", ".join(
+        json.dumps(s) for s in supported
+    )
+
+
+def forbidden(detail: str) -> str:
+    return f"Forbidden: {detail}"
+
+
+def not_found(value: Any) -> str:
+    return f"Not found: {_fmt_value(value)}"
+
+
+# --- name validation ------------------------------------------------------------------------
+
+
+def dns1123_label_errors(value: str) -> list[str]:
+    errs = []
+    if len(value) > 63:
+        errs.append("must be no more than 63 characters")
+    if not _LABEL_RE.match(value):
+        errs.append(DNS1123_LABEL_MSG)
+    return errs
+
+
+def dns1123_subdomain_errors(value: str) -> list[str]:
+    errs = []
+    if len(value) > 253:
+        errs.append("must be no more than 253 characters")
+    if not _SUBDOMAIN_RE.match(value):
+        errs.append(DNS1123_SUBDOMAIN_MSG)
+    return errs
+
+
+def dns1035_label_errors(value: str) -> list[str]:
+    errs = []
+    if len(value) > 63:
+        errs.append("must be no more than 63 characters")
+    if not _DNS1035_RE.match(value):
+        errs.append(DNS1035_LABEL_MSG)
+    return errs
+
+
+def path_segment_errors(value: str) -> list[str]:
+    if value in (".", ".."):
+        return [f"may not be '{value}'"]
+    for bad in ("/", "%"):
+        if bad in value:
+            return [f"may not contain '{bad}'"]
+    return []
+
+
+# Which name rule upstream applies per resource (most use DNS subdomain).
+_NAME_RULES = {
+    "namespaces": dns1123_label_errors,
+    "services": dns1035_label_errors,
+    "clusterroles": path_segment_errors,
+    "clusterrolebindings": path_segment_errors,
+    "roles": path_segment_errors,
+    "rolebindings": path_segment_errors,
+    "certificatesigningrequests": path_segment_errors,
+}
+
+
+def validate_object_name(resource: str, name: str) -> list[str]:
+    """Messages (without the Invalid prefix) for ``name`` under ``resource``'s naming rule."""
+    rule = _NAME_RULES.get(resource, dns1123_subdomain_errors)
+    return rule(name)
+
+
+def qualified_name_errors(value: str) -> list[str]:
+    errs: list[str] = []
+    parts = value.split("/")
+    if len(parts) == 1:
+        name = parts[0]
+    elif len(parts) == 2:
+        prefix, name = parts
+        if not prefix:
+            errs.append("prefix part must be non-empty")
+        else:
+            errs.extend("prefix part " + m for m in dns1123_subdomain_errors(prefix))
+    else:
+        return [
+            "a qualified name " + QUALIFIED_NAME_MSG.removeprefix("name part ")
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ]
+    if not name:
+        errs.append("name part must be non-empty")
+    elif len(name) > 63:
+        errs.append("name part must be no more than 63 characters")
+    if name and not _QUALIFIED_RE.match(name):
+        errs.append(QUALIFIED_NAME_MSG)
+    return errs
+
+
+def validate_labels(labels: Any, path: str) -> FieldErrors:
+    errs: FieldErrors = []
+    if not labels:
+        return errs
+    if not isinstance(labels, dict):
+        return [(path, invalid(labels, "must be a map of string to string"))]
+    for k, v in labels.items():
+        for m in qualified_name_errors(str(k)):
+            errs.append((path, invalid(k, m)))
+        v = "" if v is None else str(v)
+        if len(v) > 63:
+            errs.append((path, invalid(v, "must be no more than 63 characters")))
+        if not _LABEL_VALUE_RE.match(v):
+            errs.append((path, invalid(v, LABEL_VALUE_MSG)))
+    return errs
+
+
+def validate_annotations(annotations: Any, path: str) -> FieldErrors:
+    errs: FieldErrors = []
+    if not annotations:
+        return errs
+    if not isinstance(annotations, dict):
+        return [(path, invalid(annotations, "must be a map of string to string"))]
+    total = 0
+    for k, v in annotations.items():
+        for m in qualified_name_errors(str(k).lower()):
+            errs.append((path, invalid(k, m)))
+        total += len(str(k)) + len(str(v))
+    if total > 256 * 1024:
+        errs.append((path, f"Too long: may not be more than {256 * 1024} bytes"))
+    return errs
+
+
+def validate_metadata(resource: str, obj: dict[str, Any]) -> FieldErrors:
+    """ObjectMeta checks: name (per-resource rule), namespace, labels, annotations."""
+    meta = obj.get("metadata") or {}
+    errs: FieldErrors = []
+    name = meta.get("name") or ""
+    if not name:
+        if not meta.get("generateName"):
+            errs.append(("metadata.name", required("name or generateName is required")))
+    else:
+        for m in validate_object_name(resource, name):
+            errs.append(("metadata.name", invalid(name, m)))
+    ns = meta.get("namespace")
+    if ns:
+        for m in dns1123_label_errors(ns):
+            errs.append(("metadata.namespace", invalid(ns, m)))
+    errs.extend(validate_labels(meta.get("labels"), "metadata.labels"))
+    errs.extend(validate_annotations(meta.get("annotations"), "metadata.annotations"))
+    return errs
+
+
+def validate(resource: str, obj: dict[str, Any], old: dict[str, Any] | None = None) -> FieldErrors:
+    """Single entry point for the server core: pods get full validation, others metadata only."""
+    if resource == "pods":
+        return validate_pod(obj, old)
+    return validate_metadata(resource, obj)
+
+
+# --- defaulting -----------------------------------------------------------------------------
+
+
+def default_image_pull_policy(image: str) -> str:
+    """Always for ``:latest`` or untagged (and undigested) images, else IfNotPresent."""
+    if "@" in image:
+        return "IfNotPresent"
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return "Always"
+    return "Always" if last.rsplit(":", 1)[1] == "latest" else "IfNotPresent"
+
+
+def _default_probe(probe: dict[str, Any] | None) -> None:
+    if not isinstance(probe, dict):
+        return
+    probe.setdefault("timeoutSeconds", 1)
+    probe.setdefault("periodSeconds", 10)
+    probe.setdefault("successThreshold", 1)
+    probe.setdefault("failureThreshold", 3)
+    http = probe.get("httpGet")
+    if isinstance(http, dict):
+        http.setdefault("path", "/")
+        http.setdefault("scheme", "HTTP")
+    grpc = probe.get("grpc")
+    if isinstance(grpc, dict):
+        grpc.setdefault("service", "")
+
+
+def _default_container(c: dict[str, Any], host_network: bool) -> None:
+    if c.get("image") and not c.get("imagePullPolicy"):
+        c["imagePullPolicy"] = default_image_pull_policy(str(c["image"]))
+    c.setdefault("terminationMessagePath", "/dev/termination-log")
+    c.setdefault("terminationMessagePolicy", "File")
+    for p in c.get("ports") or []:
+        if isinstance(p, dict):
+            p.setdefault("protocol", "TCP")
+            if host_network and not p.get("hostPort") and p.get("containerPort"):
+                p["hostPort"] = p["containerPort"]
+    for e in c.get("env") or []:
+        if isinstance(e, dict):
+            fr = (e.get("valueFrom") or {}).get("fieldRef")
+            if isinstance(fr, dict):
+                fr.setdefault("apiVersion", "v1")
+    for key in ("livenessProbe", "readinessProbe", "startupProbe"):
+        _default_probe(c.get(key))
+    res = c.get("resources")
+    if isinstance(res, dict) and isinstance(res.get("limits"), dict) and res["limits"]:
+        reqs = res.setdefault("requests", {})
+        if isinstance(reqs, dict):
+            for k, v in res["limits"].items():
+                reqs.setdefault(k, v)
+    elif "resources" not in c:
+        c["resources"] = {}
+
+
+def _default_volume(v: dict[str, Any]) -> None:
+    sources = [k for k in v if k != "name"]
+    if not sources:
+        v["emptyDir"] = {}
+    for key in ("secret", "configMap", "projected", "downwardAPI"):
+        src = v.get(key)
+        if isinstance(src, dict):
+            src.setdefault("defaultMode", 420)
+    hp = v.get("hostPath")
+    if isinstance(hp, dict):
+        hp.setdefault("type", "")
+
+
+def _tolerates(tolerations: list[dict[str, Any]], key: str, effect: str) -> bool:
+    for t in tolerations:
+        if not isinstance(t, dict):
+            continue
+        if t.get("effect") and t.get("effect") != effect:
+            continue
+        op = t.get("operator") or "Equal"
+        if not t.get("key") and op == "Exists":
+            return True
+        if t.get("key") == key:
+            return True
+    return False
+
+
+def default_pod(pod: dict[str, Any]) -> None:
+    """Apply upstream defaults and create-time admission defaults, in place."""
+    pod.setdefault("apiVersion", "v1")
+    pod.setdefault("kind", "Pod")
+    pod.setdefault("metadata", {})
+    spec = pod.setdefault("spec", {})
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("securityContext", {})
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("enableServiceLinks", True)
+    # ServiceAccount admission; `serviceAccount` is the deprecated alias kept in sync.
+    sa = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+    spec["serviceAccountName"] = sa
+    spec["serviceAccount"] = sa
+    # Priority admission without priority classes.
+    if spec.get("priority") is None:
+        spec["priority"] = 0
+    host_network = bool(spec.get("hostNetwork"))
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for c in spec.get(key) or []:
+            if isinstance(c, dict):
+                _default_container(c, host_network)
+    for v in spec.get("volumes") or []:
+        if isinstance(v, dict):
+            _default_volume(v)
+    # DefaultTolerationSeconds admission.
+    tolerations = spec.get("tolerations") or []
+    for key in (NOT_READY_TAINT, UNREACHABLE_TAINT):
+        if not _tolerates(tolerations, key, "NoExecute"):
+            tolerations.append(
+                {
+                    "key": key,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
+                }
+            )
+    spec["tolerations"] = tolerations
+    status = pod.setdefault("status", {})
+    status.setdefault("phase", "Pending")
+    status["qosClass"] = qos_class(pod)
+
+
+# --- validation -----------------------------------------------------------------------------
+
+_RESTART_POLICIES = ["Always", "OnFailure", "Never"]
+_DNS_POLICIES = ["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"]
+_PULL_POLICIES = ["Always", "IfNotPresent", "Never"]
+_PROTOCOLS = ["SCTP", "TCP", "UDP"]
+_TERM_MSG_POLICIES = ["File", "FallbackToLogsOnError"]
+_TAINT_EFFECTS = ["NoSchedule", "PreferNoSchedule", "NoExecute"]
+_TOLERATION_OPS = ["Equal", "Exists"]
+
+
+def _port_errors(value: Any, path: str) -> FieldErrors:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
+        return [(path, invalid(value, "must be between 1 and 65535, inclusive"))]
+    return []
+
+
+def _validate_resources(res: Any, path: str) -> FieldErrors:
+    errs: FieldErrors = []
+    if not isinstance(res, dict):
+        return errs
+    parsed: dict[str, dict[str, Any]] = {"limits": {}, "requests": {}}
+    for kind in ("limits", "requests"):
+        for name, q in (res.get(kind) or {}).items():
+            p = f"{path}.{kind}[{name}]"
+            try:
+                qq = parse_quantity(q)
+            except QuantityError as e:
+                errs.append((p, invalid(q, str(e))))
+                continue
+            if qq.value < 0:
+                errs.append((p, invalid(str(q), "must be greater than or equal to 0")))
+                continue
+            parsed[kind][name] = qq
+    for name, req in parsed["requests"].items():
+        lim = parsed["limits"].get(name)
+        if lim is not None and req.value > lim.value:
+            errs.append(
+                (f"{path}.requests", invalid(req.canonical(), f"must be less than or equal to {name} limit of {lim.canonical()}"))
+            )
+    return errs
+
+
+def _validate_probe(probe: Any, path: str) -> FieldErrors:
+    errs: FieldErrors = []
+    if not isinstance(probe, dict):
+        return errs
+    handlers = [k for k in ("exec", "httpGet", "tcpSocket", "grpc") if probe.get(k) is not None]
+    if not handlers:
+        errs.append((path, required("must specify a handler type")))
+    elif len(handlers) > 1:
+        errs.append((f"{path}.{handlers[1]}", forbidden("may not specify more than 1 handler type")))
+    for k in ("initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold", "failureThreshold"):
+        v = probe.get(k)
+        if isinstance(v, int) and v < 0:
+            errs.append((f"{path}.{k}", invalid(v, "must be greater than or equal to 0")))
+    return errs
+
+
+def _validate_container(
+    c: Any, path: str, names: set[str], volumes: set[str], kind: str
+) -> FieldErrors:
+    errs: FieldErrors = []
+    if not isinstance(c, dict):
+        return [(path, invalid(c, "must be an object"))]
+    name = c.get("name") or ""
+    if not name:
+        errs.append((f"{path}.name", required()))
+    else:
+        for m in dns1123_label_errors(name):
+            errs.append((f"{path}.name", invalid(name, m)))
+        if name in names:
+            errs.append((f"{path}.name", duplicate(name)))
+        names.add(name)
+    if not c.get("image"):
+        errs.append((f"{path}.image", required()))
+    ipp = c.get("imagePullPolicy")
+    if not ipp:
+        errs.append((f"{path}.imagePullPolicy", required()))
+    elif ipp not in _PULL_POLICIES:
+        errs.append((f"{path}.imagePullPolicy", not_supported(ipp, _PULL_POLICIES)))
+    tmp = c.get("terminationMessagePolicy")
+    if tmp and tmp not in _TERM_MSG_POLICIES:
+        errs.append((f"{path}.terminationMessagePolicy", not_supported(tmp, _TERM_MSG_POLICIES)))
+    port_names: set[str] = set()
+    for i, p in enumerate(c.get("ports") or []):
+        pp = f"{path}.ports[{i}]"
+        if not isinstance(p, dict):
+            errs.append((pp, invalid(p, "must be an object")))
+            continue
+        if p.get("containerPort") is None:
+            errs.append((f"{pp}.containerPort", required()))
+        else:
+            errs.extend(_port_errors(p.get("containerPort"), f"{pp}.containerPort"))
+        if p.get("hostPort"):
+            errs.extend(_port_errors(p.get("hostPort"), f"{pp}.hostPort"))
+        proto = p.get("protocol")
+        if not proto:
+            errs.append((f"{pp}.protocol", required()))
+        elif proto not in _PROTOCOLS:
+            errs.append((f"{pp}.protocol", not_supported(proto, _PROTOCOLS)))
+        pname = p.get("name")
+        if pname:
+            if len(pname) > 15:
+                errs.append((f"{pp}.name", invalid(pname, "must be no more than 15 characters")))
+            if not _IANA_SVC_RE.match(pname) or not re.search("[a-z]", pname):
+                errs.append(
+                    (f"{pp}.name", invalid(pname, "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)"))
+                )
+            if pname in port_names:
+                errs.append((f"{pp}.name", duplicate(pname)))
+            port_names.add(pname)
+    for i, e in enumerate(c.get("env") or []):
+        ep = f"{path}.env[{i}]"
+        ename = (e or {}).get("name") if isinstance(e, dict) else None
+        if not ename:
+            errs.append((f"{ep}.name", required()))
+        elif not _ENV_RE.match(ename):
+            errs.append((f"{ep}.name", invalid(ename, ENV_VAR_MSG)))
+    for i, vm in enumerate(c.get("volumeMounts") or []):
+        vp = f"{path}.volumeMounts[{i}]"
+        if not isinstance(vm, dict):
+            continue
+        vname = vm.get("name") or ""
+        if not vname:
+            errs.append((f"{vp}.name", required()))
+        elif vname not in volumes:
+            errs.append((f"{vp}.name", not_found(vname)))
+        if not vm.get("mountPath"):
+            errs.append((f"{vp}.mountPath", required()))
+    errs.extend(_validate_resources(c.get("resources"), f"{path}.resources"))
+    if kind == "initContainers":
+        rp = c.get("restartPolicy")
+        if rp is not None and rp != "Always":
+            errs.append((f"{path}.restartPolicy", not_supported(rp, ["Always"])))
+        if rp != "Always":
+            for k in ("livenessProbe", "readinessProbe", "startupProbe"):
+                if c.get(k) is not None:
+                    errs.append((f"{path}.{k}", forbidden("may not be set for init containers without restartPolicy=Always")))
+    elif kind == "containers" and c.get("restartPolicy") is not None:
+        errs.append((f"{path}.restartPolicy", forbidden("may not be set for non-init containers")))
+    for k in ("livenessProbe", "readinessProbe", "startupProbe"):
+        errs.extend(_validate_probe(c.get(k), f"{path}.{k}"))
+    return errs
+
+
+def _validate_tolerations(tolerations: Any, path: str) -> FieldErrors:
+    errs: FieldErrors = []
+    for i, t in enumerate(tolerations or []):
+        tp = f"{path}[{i}]"
+        if not isinstance(t, dict):
+            errs.append((tp, invalid(t, "must be an object")))
+            continue
+        key = t.get("key") or ""
+        op = t.get("operator") or "Equal"
+        if key:
+            for m in qualified_name_errors(key):
+                errs.append((f"{tp}.key", invalid(key, m)))
+        elif op != "Exists":
+            errs.append((f"{tp}.operator", invalid(op, "operator must be Exists when `key` is empty, which means \"match all values and all keys\"")))
+        if op not in _TOLERATION_OPS:
+            errs.append((f"{tp}.operator", not_supported(op, _TOLERATION_OPS)))
+        if op == "Exists" and t.get("value"):
+            errs.append((f"{tp}.operator", invalid(t.get("value"), "value must be empty when `operator` is 'Exists'")))
+        eff = t.get("effect")
+        if eff and eff not in _TAINT_EFFECTS:
+            errs.append((f"{tp}.effect", not_supported(eff, _TAINT_EFFECTS)))
+        if t.get("tolerationSeconds") is not None and eff != "NoExecute":
+            errs.append((f"{tp}.effect", invalid(eff or "", "effect must be 'NoExecute' when `tolerationSeconds` is set")))
+    return errs
+
+
+def validate_pod_spec(spec: Any, path: str = "spec") -> FieldErrors:
+    errs: FieldErrors = []
+    if not isinstance(spec, dict):
+        return [(path, required())]
+    volumes: set[str] = set()
+    for i, v in enumerate(spec.get("volumes") or []):
+        vp = f"{path}.volumes[{i}]"
+        vname = (v or {}).get("name") if isinstance(v, dict) else None
+        if not vname:
+            errs.append((f"{vp}.name", required()))
+            continue
+        for m in dns1123_label_errors(vname):
+            errs.append((f"{vp}.name", invalid(vname, m)))
+        if vname in volumes:
+            errs.append((f"{vp}.name", duplicate(vname)))
+        volumes.add(vname)
+    containers = spec.get("containers")
+    names: set[str] = set()
+    if not containers:
+        errs.append((f"{path}.containers", required()))
+    for kind in ("initContainers", "containers", "ephemeralContainers"):
+        for i, c in enumerate(spec.get(kind) or []):
+            errs.extend(_validate_container(c, f"{path}.{kind}[{i}]", names, volumes, kind))
+    rp = spec.get("restartPolicy")
+    if not rp:
+        errs.append((f"{path}.restartPolicy", required()))
+    elif rp not in _RESTART_POLICIES:
+        errs.append((f"{path}.restartPolicy", not_supported(rp, _RESTART_POLICIES)))
+    dp = spec.get("dnsPolicy")
+    if not dp:
+        errs.append((f"{path}.dnsPolicy", required()))
+    elif dp not in _DNS_POLICIES:
+        errs.append((f"{path}.dnsPolicy", not_supported(dp, _DNS_POLICIES)))
+    tgps = spec.get("terminationGracePeriodSeconds")
+    if tgps is not None and (not isinstance(tgps, int) or tgps < 0):
+        errs.append((f"{path}.terminationGracePeriodSeconds", invalid(tgps, "must be greater than or equal to 0")))
+    ads = spec.get("activeDeadlineSeconds")
+    if ads is not None and (not isinstance(ads, int) or not 1 <= ads <= 2147483647):
+        errs.append((f"{path}.activeDeadlineSeconds", invalid(ads, "must be between 1 and 2147483647, inclusive")))
+    errs.extend(validate_labels(spec.get("nodeSelector"), f"{path}.nodeSelector"))
+    node_name = spec.get("nodeName")
+    if node_name:
+        for m in dns1123_subdomain_errors(node_name):
+            errs.append((f"{path}.nodeName", invalid(node_name, m)))
+    sa = spec.get("serviceAccountName")
+    if sa:
+        for m in dns1123_subdomain_errors(sa):
+            errs.append((f"{path}.serviceAccountName", invalid(sa, m)))
+    errs.extend(_validate_tolerations(spec.get("tolerations"), f"{path}.tolerations"))
+    return errs
+
+
+def _spec_for_update_compare(new_spec: dict[str, Any], old_spec: dict[str, Any]) -> dict[str, Any]:
+    """Copy of ``new_spec`` with the mutable fields reset to ``old_spec``'s values."""
+    munged = copy.deepcopy(new_spec)
+    for kind in ("containers", "initContainers"):
+        new_cs = munged.get(kind) or []
+        old_cs = old_spec.get(kind) or []
+        if len(new_cs) == len(old_cs):
+            for nc, oc in zip(new_cs, old_cs, strict=True):
+                if isinstance(nc, dict) and isinstance(oc, dict) and "image" in oc:
+                    nc["image"] = oc["image"]
+    old_ads = old_spec.get("activeDeadlineSeconds")
+    new_ads = munged.get("activeDeadlineSeconds")
+    if new_ads is not None and (old_ads is None or new_ads <= old_ads):
+        if old_ads is None:
+            munged.pop("activeDeadlineSeconds", None)
+        else:
+            munged["activeDeadlineSeconds"] = old_ads
+    old_tol = old_spec.get("tolerations") or []
+    new_tol = munged.get("tolerations") or []
+    if all(t in new_tol for t in old_tol):
+        if "tolerations" in old_spec:
+            munged["tolerations"] = old_spec["tolerations"]
+        else:
+            munged.pop("tolerations", None)
+    old_gates = old_spec.get("schedulingGates") or []
+    new_gates = munged.get("schedulingGates") or []
+    if all(g in old_gates for g in new_gates):
+        if "schedulingGates" in old_spec:
+            munged["schedulingGates"] = old_spec["schedulingGates"]
+        else:
+            munged.pop("schedulingGates", None)
+    old_tg = old_spec.get("terminationGracePeriodSeconds")
+    if isinstance(old_tg, int) and old_tg < 0 and munged.get("terminationGracePeriodSeconds") == 1:
+        munged["terminationGracePeriodSeconds"] = old_tg
+    return munged
+
+
+def validate_pod(pod: dict[str, Any], old: dict[str, Any] | None = None) -> FieldErrors:
+    """Full pod validation (metadata + spec); with ``old`` also the update rules."""
+    errs = validate_metadata("pods", pod)
+    spec = pod.get("spec")
+    errs.extend(validate_pod_spec(spec))
+    if old is not None and isinstance(spec, dict):
+        old_spec = old.get("spec") or {}
+        if _spec_for_update_compare(spec, old_spec) != old_spec:
+            errs.append(("spec", forbidden(POD_UPDATE_FORBIDDEN)))
+        old_ads = old_spec.get("activeDeadlineSeconds")
+        new_ads = spec.get("activeDeadlineSeconds")
+        if old_ads is not None and new_ads is None:
+            errs.append(("spec.activeDeadlineSeconds", invalid(None, "must not update from a positive integer to nil value")))
+        elif old_ads is not None and isinstance(new_ads, int) and new_ads > old_ads:
+            errs.append(("spec.activeDeadlineSeconds", invalid(new_ads, "must be less than or equal to previous value")))
+    return errs
+
+
+def format_invalid(kind: str, name: str, errs: FieldErrors) -> str:
+    """Upstream NewInvalid message: ``Pod "x" is invalid: a: m`` or ``... invalid: [a: m, b: n]``."""
+    parts = [f"{p}: {m}" for p, m in errs]
+    body = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
+    return f'{kind} "{name}" is invalid: {body}'

@@ -1,0 +1,589 @@
+"""A small default-scheduler: filters, least-allocated scoring, binding, FailedScheduling.
+
+Design: the decision part is pure (``filter_node``, ``score_node``, ``schedule``,
+``fit_error_message``) and operates on JSON dicts; ``Scheduler`` only does I/O: it keeps a cache of
+nodes and pods fed by list+watch, queues pods with empty ``spec.nodeName`` whose schedulerName
+is ``default-scheduler``, binds them via ``POST .../pods/{name}/binding`` and records events.
+Pods it has just bound are "assumed" in the cache (nodeName set locally) so that back-to-back
+decisions account for each other before the watch catches up, like upstream's scheduler cache.
+Unschedulable pods are retried when a node changes in a way that matters (labels, taints,
+allocatable, readiness, cordon), when a pod is deleted or finishes, and periodically.
+
+Upstream behaviour followed (pkg/scheduler/framework/plugins, pkg/scheduler/schedule_one.go):
+- filter plugins in default-profile order, a node failing at the first plugin that rejects it:
+  NodeUnschedulable ("node(s) were unschedulable", bypassed by tolerating
+  node.kubernetes.io/unschedulable:NoSchedule), NodeName, TaintToleration (NoSchedule/NoExecute
+  taints; "node(s) had untolerated taint {key: value}"), NodeAffinity (nodeSelector + required
+  nodeSelectorTerms with In/NotIn/Exists/DoesNotExist/Gt/Lt and matchFields metadata.name;
+  "node(s) didn't match Pod's node affinity/selector"), NodePorts ("node(s) didn't have free ports
+  for the requested pod ports"), NodeResourcesFit ("Too many pods", "Insufficient cpu", ...);
+- readiness is expressed as upstream's TaintNodesByCondition taints: a node that is not Ready
+  is treated as carrying node.kubernetes.io/not-ready:NoSchedule (Ready=False) or
+  node.kubernetes.io/unreachable:NoSchedule (Unknown / no condition), as the node lifecycle
+  controller would add;
+- requests from ``podutil.pod_requests`` (init containers, sidecars, overhead); pods already
+  bound and not terminal count against allocatable;
+- LeastAllocated scoring over cpu and memory with the non-zero defaults 100m / 200Mi;
+- FitError text "0/N nodes are available: <count> <reason>, ... ." with reasons sorted,
+  "no nodes available to schedule pods" when there are none; PodScheduled=False reason
+  Unschedulable; events Warning FailedScheduling / Normal Scheduled
+  ("Successfully assigned ns/pod to node") from default-scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, Protocol
+
+from pykubelet.common.podutil import container_requests, pod_requests
+from pykubelet.common.quantity import QuantityError, parse_quantity
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+SCHEDULER_NAME = "default-scheduler"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+REASON_UNSCHEDULABLE = "node(s) were unschedulable"
+REASON_NODE_NAME = "node(s) didn't match the requested node name"
+REASON_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+REASON_PORTS = "node(s) didn't have free ports for the requested pod ports"
+REASON_TOO_MANY_PODS = "Too many pods"
+NO_NODES = "no nodes available to schedule pods"
+
+DEFAULT_MILLI_CPU = Decimal("0.1")
+DEFAULT_MEMORY = Decimal(200 * 1024 * 1024)
+RETRY_INTERVAL = 10.0
+
+
+class SchedulerApi(Protocol):
+    """The subset of ``pykubelet.common.apiclient.ApiClient`` the scheduler uses."""
+
+    async def list(self, path: str, params: Any = None) -> Obj: ...
+    async def create(self, path: str, body: Obj, params: Any = None) -> Obj: ...
+    async def patch(self, path: str, body: Any, patch_type: str = "merge", params: Any = None) -> Obj: ...
+    def watch(self, path: str, *, resource_version: str | None = None, params: Any = None,
+              timeout_seconds: int | None = None) -> Any: ...
+
+
+# --- pure helpers ---------------------------------------------------------------------------
+
+
+def _meta(o: Obj) -> Obj:
+    return o.get("metadata") or {}
+
+
+def _spec(o: Obj) -> Obj:
+    return o.get("spec") or {}
+
+
+def is_terminal(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def needs_scheduling(pod: Obj) -> bool:
+    spec = _spec(pod)
+    return (
+        not spec.get("nodeName")
+        and (spec.get("schedulerName") or SCHEDULER_NAME) == SCHEDULER_NAME
+        and not _meta(pod).get("deletionTimestamp")
+        and not is_terminal(pod)
+        and not spec.get("schedulingGates")
+    )
+
+
+def effective_taints(node: Obj) -> list[Obj]:
+    """Node taints plus the NoSchedule readiness taint upstream's controller would add."""
+    taints = [t for t in _spec(node).get("taints") or [] if isinstance(t, dict)]
+    ready = None
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            ready = c.get("status")
+    extra = None
+    if ready == "False":
+        extra = NOT_READY_TAINT
+    elif ready != "True":
+        extra = UNREACHABLE_TAINT
+    if extra and not any(t.get("key") == extra and t.get("effect") == "NoSchedule" for t in taints):
+        taints.append({"key": extra, "effect": "NoSchedule"})
+    return taints
+
+
+def tolerates(toleration: Obj, taint: Obj) -> bool:
+    """Upstream Toleration.ToleratesTaint."""
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    if toleration.get("key") and toleration.get("key") != taint.get("key"):
+        return False
+    op = toleration.get("operator") or "Equal"
+    if op == "Exists":
+        return True
+    if op == "Equal":
+        return (toleration.get("value") or "") == (taint.get("value") or "")
+    return False
+
+
+def untolerated_taint(taints: Iterable[Obj], tolerations: list[Obj], effects: tuple[str, ...]) -> Obj | None:
+    for t in taints:
+        if t.get("effect") not in effects:
+            continue
+        if not any(tolerates(tol, t) for tol in tolerations if isinstance(tol, dict)):
+            return t
+    return None
+
+
+def _match_requirement(req: Obj, values: dict[str, str]) -> bool:
+    key = req.get("key", "")
+    op = req.get("operator")
+    vals = [str(v) for v in req.get("values") or []]
+    has = key in values
+    if op == "In":
+        return has and values[key] in vals
+    if op == "NotIn":
+        return not has or values[key] not in vals
+    if op == "Exists":
+        return has
+    if op == "DoesNotExist":
+        return not has
+    if op in ("Gt", "Lt"):
+        if not has or len(vals) != 1:
+            return False
+        try:
+            left, right = int(values[key]), int(vals[0])
+        except ValueError:
+            return False
+        return left > right if op == "Gt" else left < right
+    return False
+
+
+def match_node_selector_terms(terms: list[Obj], node: Obj) -> bool:
+    """Terms are ORed; requirements inside a term ANDed; an empty term matches nothing."""
+    labels = {str(k): str(v) for k, v in (_meta(node).get("labels") or {}).items()}
+    fields = {"metadata.name": str(_meta(node).get("name", ""))}
+    for term in terms or []:
+        exprs = term.get("matchExpressions") or []
+        fexprs = term.get("matchFields") or []
+        if not exprs and not fexprs:
+            continue
+        if all(_match_requirement(r, labels) for r in exprs) and all(
+            _match_requirement(r, fields) for r in fexprs
+        ):
+            return True
+    return False
+
+
+def matches_node_affinity(pod: Obj, node: Obj) -> bool:
+    spec = _spec(pod)
+    labels = _meta(node).get("labels") or {}
+    for k, v in (spec.get("nodeSelector") or {}).items():
+        if labels.get(k) != v:
+            return False
+    required = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or None
+    )
+    if required is not None:
+        return match_node_selector_terms(required.get("nodeSelectorTerms") or [], node)
+    return True
+
+
+def host_ports(pod: Obj) -> list[tuple[str, str, int]]:
+    out = []
+    for key in ("initContainers", "containers"):
+        for c in _spec(pod).get(key) or []:
+            for p in c.get("ports") or []:
+                if p.get("hostPort"):
+                    out.append((p.get("hostIP") or "0.0.0.0", p.get("protocol") or "TCP", int(p["hostPort"])))
+    return out
+
+
+def ports_conflict(pod: Obj, node_pods: list[Obj]) -> bool:
+    used = [hp for other in node_pods for hp in host_ports(other)]
+    for ip, proto, port in host_ports(pod):
+        for uip, uproto, uport in used:
+            if port == uport and proto == uproto and (ip == uip or "0.0.0.0" in (ip, uip)):
+                return True
+    return False
+
+
+def _allocatable(node: Obj) -> dict[str, Decimal]:
+    out: dict[str, Decimal] = {}
+    for k, v in ((node.get("status") or {}).get("allocatable") or {}).items():
+        try:
+            out[k] = parse_quantity(v).value
+        except QuantityError:
+            continue
+    return out
+
+
+def requested_on_node(node_pods: list[Obj]) -> dict[str, Decimal]:
+    total: dict[str, Decimal] = {}
+    for p in node_pods:
+        for k, v in pod_requests(p).items():
+            total[k] = total.get(k, Decimal(0)) + v
+    return total
+
+
+def resource_failures(pod: Obj, node: Obj, node_pods: list[Obj]) -> list[str]:
+    alloc = _allocatable(node)
+    reasons: list[str] = []
+    max_pods = alloc.get("pods")
+    if max_pods is not None and len(node_pods) + 1 > max_pods:
+        reasons.append(REASON_TOO_MANY_PODS)
+    req = pod_requests(pod)
+    used = requested_on_node(node_pods)
+    for name in sorted(req):
+        want = req[name]
+        if want <= 0 or name == "pods":
+            continue
+        if want > alloc.get(name, Decimal(0)) - used.get(name, Decimal(0)):
+            reasons.append(f"Insufficient {name}")
+    return reasons
+
+
+def filter_node(pod: Obj, node: Obj, node_pods: list[Obj]) -> list[str]:
+    """Reasons the node is infeasible (empty list: it fits), first failing plugin only."""
+    tolerations = [t for t in _spec(pod).get("tolerations") or [] if isinstance(t, dict)]
+    if _spec(node).get("unschedulable"):
+        unsched = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
+        if not any(tolerates(t, unsched) for t in tolerations):
+            return [REASON_UNSCHEDULABLE]
+    want = _spec(pod).get("nodeName")
+    if want and want != _meta(node).get("name"):
+        return [REASON_NODE_NAME]
+    taint = untolerated_taint(effective_taints(node), tolerations, ("NoSchedule", "NoExecute"))
+    if taint is not None:
+        return [f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}"]
+    if not matches_node_affinity(pod, node):
+        return [REASON_AFFINITY]
+    if ports_conflict(pod, node_pods):
+        return [REASON_PORTS]
+    return resource_failures(pod, node, node_pods)
+
+
+def _nonzero_requests(pods: Iterable[Obj]) -> tuple[Decimal, Decimal]:
+    cpu = Decimal(0)
+    mem = Decimal(0)
+    for p in pods:
+        for c in _spec(p).get("containers") or []:
+            r = container_requests(c)
+            cpu += r.get("cpu") or DEFAULT_MILLI_CPU
+            mem += r.get("memory") or DEFAULT_MEMORY
+    return cpu, mem
+
+
+def score_node(pod: Obj, node: Obj, node_pods: list[Obj]) -> int:
+    """LeastAllocated (0-100) averaged over cpu and memory."""
+    alloc = _allocatable(node)
+    cpu, mem = _nonzero_requests([*node_pods, pod])
+    scores = []
+    for used, cap in ((cpu, alloc.get("cpu", Decimal(0))), (mem, alloc.get("memory", Decimal(0)))):
+        if cap <= 0 or used > cap:
+            scores.append(0)
+        else:
+            scores.append(int((cap - used) * 100 / cap))
+    return sum(scores) // len(scores)
+
+
+def fit_error_message(num_nodes: int, reasons: dict[str, int]) -> str:
+    if num_nodes == 0:
+        return NO_NODES
+    parts = sorted(f"{n} {r}" for r, n in reasons.items())
+    return f"0/{num_nodes} nodes are available: {', '.join(parts)}."
+
+
+@dataclass
+class Decision:
+    node: str | None
+    message: str = ""
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+def pods_by_node(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
+    out: dict[str, list[Obj]] = {}
+    for p in pods:
+        n = _spec(p).get("nodeName")
+        if n and not is_terminal(p):
+            out.setdefault(n, []).append(p)
+    return out
+
+
+def schedule(pod: Obj, nodes: list[Obj], pods: Iterable[Obj]) -> Decision:
+    """Pick the best feasible node (ties broken by name) or explain why none fits."""
+    by_node = pods_by_node(pods)
+    reasons: dict[str, int] = {}
+    best: tuple[int, str] | None = None
+    for node in sorted(nodes, key=lambda n: str(_meta(n).get("name", ""))):
+        name = str(_meta(node).get("name", ""))
+        node_pods = by_node.get(name, [])
+        fails = filter_node(pod, node, node_pods)
+        if fails:
+            for r in fails:
+                reasons[r] = reasons.get(r, 0) + 1
+            continue
+        s = score_node(pod, node, node_pods)
+        if best is None or s > best[0]:
+            best = (s, name)
+    if best is None:
+        return Decision(None, fit_error_message(len(nodes), reasons), reasons)
+    return Decision(best[1])
+
+
+def node_signature(node: Obj) -> str:
+    """The parts of a node that can change a scheduling decision."""
+    ready = [c.get("status") for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    return json.dumps(
+        [
+            _meta(node).get("labels"),
+            _spec(node).get("taints"),
+            _spec(node).get("unschedulable"),
+            (node.get("status") or {}).get("allocatable"),
+            ready,
+        ],
+        sort_keys=True,
+    )
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- I/O ------------------------------------------------------------------------------------
+
+
+class Scheduler:
+    """Watches nodes and pods and binds pending pods; ``run()`` runs until cancelled."""
+
+    def __init__(self, api: SchedulerApi, *, retry_interval: float = RETRY_INTERVAL) -> None:
+        self.api = api
+        self.retry_interval = retry_interval
+        self.nodes: dict[str, Obj] = {}
+        self.pods: dict[str, Obj] = {}  # key ns/name
+        self._node_sigs: dict[str, str] = {}
+        self._queue: list[str] = []
+        self._unschedulable: dict[str, str] = {}  # pod key -> last message
+        self._events: dict[str, tuple[str, str, int]] = {}  # pod key -> (event name, message, count)
+        self._wake = asyncio.Event()
+        self._synced_paths: set[str] = set()
+        self.synced = asyncio.Event()
+
+    # cache maintenance -----------------------------------------------------------------------
+
+    @staticmethod
+    def _key(pod: Obj) -> str:
+        m = _meta(pod)
+        return f"{m.get('namespace', '')}/{m.get('name', '')}"
+
+    def _enqueue(self, key: str) -> None:
+        if key not in self._queue:
+            self._queue.append(key)
+        self._wake.set()
+
+    def _requeue_unschedulable(self) -> None:
+        for key in list(self._unschedulable):
+            self._enqueue(key)
+
+    def on_pod_event(self, etype: str, pod: Obj) -> None:
+        key = self._key(pod)
+        if etype == "DELETED":
+            old = self.pods.pop(key, None)
+            self._unschedulable.pop(key, None)
+            self._events.pop(key, None)
+            if old is not None and _spec(old).get("nodeName"):
+                self._requeue_unschedulable()
+            return
+        old = self.pods.get(key)
+        # Keep our assumed binding until the watch shows the pod bound.
+        if old is not None and _spec(old).get("nodeName") and not _spec(pod).get("nodeName"):
+            if _meta(old).get("uid") == _meta(pod).get("uid"):
+                pod = {**pod, "spec": {**_spec(pod), "nodeName": _spec(old)["nodeName"]}}
+        self.pods[key] = pod
+        if needs_scheduling(pod):
+            if key not in self._unschedulable:
+                self._enqueue(key)
+        else:
+            self._unschedulable.pop(key, None)
+            if old is not None and not is_terminal(old) and is_terminal(pod):
+                self._requeue_unschedulable()
+
+    def on_node_event(self, etype: str, node: Obj) -> None:
+        name = str(_meta(node).get("name", ""))
+        if etype == "DELETED":
+            self.nodes.pop(name, None)
+            self._node_sigs.pop(name, None)
+            return
+        sig = node_signature(node)
+        changed = self._node_sigs.get(name) != sig
+        self.nodes[name] = node
+        self._node_sigs[name] = sig
+        if changed:
+            self._requeue_unschedulable()
+
+    # scheduling --------------------------------------------------------------------------------
+
+    async def schedule_pending(self) -> None:
+        """Try every queued pod once."""
+        queue, self._queue = self._queue, []
+        for key in queue:
+            pod = self.pods.get(key)
+            if pod is None or not needs_scheduling(pod):
+                continue
+            try:
+                await self.schedule_one(pod)
+            except Exception:  # a failed API call must not stop the scheduler
+                log.exception("scheduling %s failed", key)
+                self._unschedulable.setdefault(key, "")
+
+    async def schedule_one(self, pod: Obj) -> Decision:
+        key = self._key(pod)
+        decision = schedule(pod, list(self.nodes.values()), self.pods.values())
+        meta = _meta(pod)
+        ns, name = meta.get("namespace", "default"), meta.get("name", "")
+        if decision.node is None:
+            first = self._unschedulable.get(key) != decision.message
+            self._unschedulable[key] = decision.message
+            if first:
+                cond = {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": decision.message,
+                    "lastProbeTime": None,
+                    "lastTransitionTime": _now(),
+                }
+                await self.api.patch(
+                    f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                    {"status": {"conditions": [cond]}},
+                    "strategic",
+                )
+            await self._record_event(pod, "Warning", "FailedScheduling", decision.message)
+            return decision
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": ns, **({"uid": meta["uid"]} if meta.get("uid") else {})},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": decision.node},
+        }
+        await self.api.create(f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
+        self._unschedulable.pop(key, None)
+        self.pods[key] = {**pod, "spec": {**_spec(pod), "nodeName": decision.node}}
+        await self._record_event(
+            pod, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {decision.node}"
+        )
+        return decision
+
+    async def _record_event(self, pod: Obj, etype: str, reason: str, message: str) -> None:
+        meta = _meta(pod)
+        ns = meta.get("namespace", "default")
+        key = self._key(pod)
+        now = _now()
+        prev = self._events.get(key)
+        try:
+            if prev is not None and prev[1] == message:
+                count = prev[2] + 1
+                await self.api.patch(
+                    f"/api/v1/namespaces/{ns}/events/{prev[0]}", {"count": count, "lastTimestamp": now}
+                )
+                self._events[key] = (prev[0], message, count)
+                return
+            ev_name = f"{meta.get('name', '')}.{secrets.token_hex(8)}"
+            await self.api.create(
+                f"/api/v1/namespaces/{ns}/events",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Event",
+                    "metadata": {"name": ev_name, "namespace": ns},
+                    "involvedObject": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "namespace": ns,
+                        "name": meta.get("name", ""),
+                        "uid": meta.get("uid", ""),
+                        "resourceVersion": meta.get("resourceVersion", ""),
+                    },
+                    "reason": reason,
+                    "message": message,
+                    "type": etype,
+                    "source": {"component": SCHEDULER_NAME},
+                    "reportingComponent": SCHEDULER_NAME,
+                    "reportingInstance": SCHEDULER_NAME,
+                    "action": "Scheduling" if reason == "FailedScheduling" else "Binding",
+                    "firstTimestamp": now,
+                    "lastTimestamp": now,
+                    "count": 1,
+                },
+            )
+            self._events[key] = (ev_name, message, 1)
+        except Exception:  # events are best effort, as upstream's recorder
+            log.warning("recording event %s for %s failed", reason, key, exc_info=True)
+
+    # loops -------------------------------------------------------------------------------------
+
+    async def _reflect(self, path: str, handler: Any) -> None:
+        """List then watch ``path`` forever, feeding ``handler(type, obj)``; relist on errors."""
+        while True:
+            try:
+                lst = await self.api.list(path)
+                seen = set()
+                for item in lst.get("items") or []:
+                    handler("ADDED", item)
+                    seen.add(self._key(item))
+                self._forget_missing(path, seen)
+                self._synced_paths.add(path)
+                if len(self._synced_paths) == 2:
+                    self.synced.set()
+                self._wake.set()
+                rv = (lst.get("metadata") or {}).get("resourceVersion")
+                async for etype, obj in self.api.watch(path, resource_version=rv):
+                    if etype in ("ADDED", "MODIFIED", "DELETED"):
+                        handler(etype, obj)
+                        self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.info("watch %s ended: %s; relisting", path, e)
+                await asyncio.sleep(1.0)
+
+    def _forget_missing(self, path: str, seen: set[str]) -> None:
+        if path.endswith("/nodes"):
+            for name in list(self.nodes):
+                if f"/{name}" not in seen:
+                    self.nodes.pop(name, None)
+        else:
+            for key in list(self.pods):
+                if key not in seen:
+                    self.pods.pop(key, None)
+
+    async def run(self) -> None:
+        tasks = [
+            asyncio.create_task(self._reflect("/api/v1/nodes", self.on_node_event)),
+            asyncio.create_task(self._reflect("/api/v1/pods", self.on_pod_event)),
+        ]
+        try:
+            while True:
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.retry_interval):
+                        await self._wake.wait()
+                if not self._wake.is_set():
+                    self._requeue_unschedulable()
+                self._wake.clear()
+                if self.synced.is_set():
+                    await self.schedule_pending()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)

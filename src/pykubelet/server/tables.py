@@ -1,0 +1,555 @@
+"""Server-side Table rendering (``Accept: application/json;as=Table;g=meta.k8s.io;v=v1``).
+
+Design: kubectl has no built-in columns for core types; it prints whatever ``Table`` the server
+returns (see docs in /work/shared/notes/kubectl-wire.md).  ``to_table`` is a pure function from
+a resource name and objects to the Table dict; one printer per resource returns the column
+definitions and a row builder.  Like the upstream API server, rows are always built in "wide"
+form (priority-1 columns included) and kubectl hides priority-1 columns unless ``-o wide``.
+Each row carries a PartialObjectMetadata with the full metadata so that ``-A`` (NAMESPACE) and
+``--show-labels`` work.
+
+Upstream behaviour followed (pkg/printers/internalversion/printers.go and
+k8s.io/apimachinery/pkg/util/duration): column names/types/priorities, the pod STATUS algorithm
+(status.reason, SchedulingGated, Init:N/M, Init:<reason>, Init:ExitCode/Signal, sidecars,
+container waiting/terminated reasons, Completed->Running/NotReady when a container still runs,
+Terminating, Unknown for NodeLost pods being deleted), RESTARTS "N (age ago)", node STATUS
+(Ready/NotReady/Unknown + SchedulingDisabled) and ROLES, event OBJECT "kind/name" and SOURCE, the
+CSR CONDITION column, and ``HumanDuration`` for ages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+Obj = dict[str, Any]
+RowFn = Callable[[Obj, datetime], tuple[list[Any], list[dict[str, Any]] | None]]
+
+_NAME_DESC = (
+    "Name must be unique within a namespace. Is required when creating resources, although some "
+    "resources may allow a client to request the generation of an appropriate name automatically. "
+    "Name is primarily intended for creation idempotence and configuration definition. Cannot be "
+    "updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names"
+)
+_AGE_DESC = (
+    "CreationTimestamp is a timestamp representing the server time when this object was created. "
+    "It is not guaranteed to be set in happens-before order across separate operations. Clients "
+    "may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the "
+    "system. Read-only. Null for lists. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"
+)
+
+
+def col(name: str, typ: str = "string", *, priority: int = 0, desc: str = "", fmt: str = "") -> dict[str, Any]:
+    return {"name": name, "type": typ, "format": fmt, "description": desc, "priority": priority}
+
+
+NAME_COL = col("Name", fmt="name", desc=_NAME_DESC)
+AGE_COL = col("Age", desc=_AGE_DESC)
+
+
+# --- time helpers ---------------------------------------------------------------------------
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not value or not isinstance(value, str):
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def human_duration(seconds_f: float) -> str:
+    """Upstream duration.HumanDuration."""
+    seconds = int(seconds_f)
+    if seconds < -1:
+        return "<invalid>"
+    if seconds < 0:
+        return "0s"
+    if seconds < 60 * 2:
+        return f"{seconds}s"
+    minutes = seconds // 60
+    if minutes < 10:
+        s = seconds % 60
+        return f"{minutes}m" if s == 0 else f"{minutes}m{s}s"
+    if minutes < 60 * 3:
+        return f"{minutes}m"
+    hours = seconds // 3600
+    if hours < 8:
+        m = minutes % 60
+        return f"{hours}h" if m == 0 else f"{hours}h{m}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        h = hours % 24
+        return f"{hours // 24}d" if h == 0 else f"{hours // 24}d{h}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        dy = (hours // 24) % 365
+        return f"{hours // 24 // 365}y" if dy == 0 else f"{hours // 24 // 365}y{dy}d"
+    return f"{hours // 24 // 365}y"
+
+
+def since(value: Any, now: datetime) -> str:
+    """Upstream translateTimestampSince: "<unknown>" for a missing timestamp."""
+    t = parse_time(value)
+    if t is None:
+        return "<unknown>"
+    return human_duration((now - t).total_seconds())
+
+
+def _meta(o: Obj) -> Obj:
+    return o.get("metadata") or {}
+
+
+def _name(o: Obj) -> str:
+    return str(_meta(o).get("name", ""))
+
+
+def _age(o: Obj, now: datetime) -> str:
+    return since(_meta(o).get("creationTimestamp"), now)
+
+
+# --- pods -----------------------------------------------------------------------------------
+
+POD_COLUMNS = [
+    NAME_COL,
+    col("Ready", desc="The aggregate readiness state of this pod for accepting traffic."),
+    col("Status", desc="The aggregate status of the containers in this pod."),
+    col(
+        "Restarts",
+        desc="The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.",
+    ),
+    AGE_COL,
+    col("IP", priority=1, desc="podIP is an IP address allocated to the pod. Routable at least within the cluster."),
+    col("Node", priority=1, desc="NodeName indicates in which node this pod is scheduled."),
+    col("Nominated Node", priority=1, desc="nominatedNodeName is set when this pod preempts other pods on the node."),
+    col("Readiness Gates", priority=1, desc="If specified, all readiness gates will be evaluated for pod readiness."),
+]
+
+_POD_SUCCESS = [{"type": "Completed", "status": "True", "reason": "Succeeded", "message": "The pod has completed successfully."}]
+_POD_FAILED = [{"type": "Completed", "status": "True", "reason": "Failed", "message": "The pod failed."}]
+
+
+def _later(a: datetime | None, b: Any) -> datetime | None:
+    t = parse_time(b)
+    if t is None:
+        return a
+    return t if a is None or t > a else a
+
+
+def pod_status_text(pod: Obj) -> tuple[int, int, str, int, datetime | None]:
+    """(ready, total, STATUS, restarts, last restart time) exactly like upstream printPod."""
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    meta = _meta(pod)
+    restarts = 0
+    sidecar_restarts = 0
+    total = len(spec.get("containers") or [])
+    ready = 0
+    last_restart: datetime | None = None
+    last_sidecar_restart: datetime | None = None
+    phase = status.get("phase") or ""
+    reason = status.get("reason") or phase
+    conditions = status.get("conditions") or []
+    for c in conditions:
+        if c.get("type") == "PodScheduled" and c.get("reason") == "SchedulingGated":
+            reason = "SchedulingGated"
+    init_specs = {c.get("name"): c for c in spec.get("initContainers") or []}
+    n_init = len(init_specs)
+    for c in init_specs.values():
+        if c.get("restartPolicy") == "Always":
+            total += 1
+
+    initializing = False
+    for i, cs in enumerate(status.get("initContainerStatuses") or []):
+        restarts += int(cs.get("restartCount") or 0)
+        last_term = (cs.get("lastState") or {}).get("terminated")
+        if last_term:
+            last_restart = _later(last_restart, last_term.get("finishedAt"))
+        is_sidecar = (init_specs.get(cs.get("name")) or {}).get("restartPolicy") == "Always"
+        if is_sidecar:
+            sidecar_restarts += int(cs.get("restartCount") or 0)
+            if last_term:
+                last_sidecar_restart = _later(last_sidecar_restart, last_term.get("finishedAt"))
+        state = cs.get("state") or {}
+        term = state.get("terminated")
+        waiting = state.get("waiting")
+        if term and int(term.get("exitCode") or 0) == 0:
+            continue
+        if is_sidecar and cs.get("started"):
+            if cs.get("ready"):
+                ready += 1
+            continue
+        if term:
+            if not term.get("reason"):
+                if term.get("signal"):
+                    reason = f"Init:Signal:{term['signal']}"
+                else:
+                    reason = f"Init:ExitCode:{term.get('exitCode', 0)}"
+            else:
+                reason = "Init:" + term["reason"]
+        elif waiting and waiting.get("reason") and waiting.get("reason") != "PodInitializing":
+            reason = "Init:" + waiting["reason"]
+        else:
+            reason = f"Init:{i}/{n_init}"
+        initializing = True
+        break
+
+    initialized = any(c.get("type") == "Initialized" and c.get("status") == "True" for c in conditions)
+    if not initializing or initialized:
+        restarts = sidecar_restarts
+        last_restart = last_sidecar_restart
+        has_running = False
+        for cs in reversed(status.get("containerStatuses") or []):
+            restarts += int(cs.get("restartCount") or 0)
+            last_term = (cs.get("lastState") or {}).get("terminated")
+            if last_term:
+                last_restart = _later(last_restart, last_term.get("finishedAt"))
+            state = cs.get("state") or {}
+            waiting = state.get("waiting")
+            term = state.get("terminated")
+            if waiting and waiting.get("reason"):
+                reason = waiting["reason"]
+            elif term and term.get("reason"):
+                reason = term["reason"]
+            elif term:
+                if term.get("signal"):
+                    reason = f"Signal:{term['signal']}"
+                else:
+                    reason = f"ExitCode:{term.get('exitCode', 0)}"
+            elif cs.get("ready") and state.get("running") is not None:
+                has_running = True
+                ready += 1
+        if reason == "Completed" and has_running:
+            has_ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+            reason = "Running" if has_ready else "NotReady"
+
+    if meta.get("deletionTimestamp") and status.get("reason") == "NodeLost":
+        reason = "Unknown"
+    elif meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed"):
+        reason = "Terminating"
+    return ready, total, reason, restarts, last_restart
+
+
+def _pod_row(pod: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+    ready, total, reason, restarts, last_restart = pod_status_text(pod)
+    restarts_s = str(restarts)
+    if restarts and last_restart is not None:
+        restarts_s = f"{restarts} ({human_duration((now - last_restart).total_seconds())} ago)"
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    ips = status.get("podIPs") or []
+    ip = (ips[0] or {}).get("ip") if ips else ""
+    gates = spec.get("readinessGates") or []
+    gates_s = "<none>"
+    if gates:
+        true_n = 0
+        for g in gates:
+            for c in status.get("conditions") or []:
+                if c.get("type") == g.get("conditionType"):
+                    if c.get("status") == "True":
+                        true_n += 1
+                    break
+        gates_s = f"{true_n}/{len(gates)}"
+    cells = [
+        _name(pod),
+        f"{ready}/{total}",
+        reason,
+        restarts_s,
+        _age(pod, now),
+        ip or "<none>",
+        spec.get("nodeName") or "<none>",
+        status.get("nominatedNodeName") or "<none>",
+        gates_s,
+    ]
+    phase = status.get("phase")
+    conds = _POD_SUCCESS if phase == "Succeeded" else _POD_FAILED if phase == "Failed" else None
+    return cells, conds
+
+
+# --- nodes ----------------------------------------------------------------------------------
+
+NODE_COLUMNS = [
+    NAME_COL,
+    col("Status", desc="The status of the node"),
+    col("Roles", desc="The roles of the node"),
+    AGE_COL,
+    col("Version", desc="Kubelet Version reported by the node."),
+    col("Internal-IP", priority=1, desc="List of addresses reachable to the node. Queried from cloud provider, if available."),
+    col("External-IP", priority=1, desc="List of addresses reachable to the node. Queried from cloud provider, if available."),
+    col("OS-Image", priority=1, desc="OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy))."),
+    col("Kernel-Version", priority=1, desc="Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."),
+    col("Container-Runtime", priority=1, desc="Container runtime version reported by the node through runtime remote API (e.g. containerd://1.4.2)."),
+]
+
+
+def node_status_text(node: Obj) -> str:
+    parts: list[str] = []
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            parts.append("Ready" if c.get("status") == "True" else "NotReady")
+            break
+    if not parts:
+        parts.append("Unknown")
+    if (node.get("spec") or {}).get("unschedulable"):
+        parts.append("SchedulingDisabled")
+    return ",".join(parts)
+
+
+def node_roles(node: Obj) -> list[str]:
+    roles: set[str] = set()
+    for k, v in (_meta(node).get("labels") or {}).items():
+        if k.startswith("node-role.kubernetes.io/"):
+            role = k[len("node-role.kubernetes.io/"):]
+            if role:
+                roles.add(role)
+        elif k == "kubernetes.io/role" and v:
+            roles.add(str(v))
+    return sorted(roles)
+
+
+def _node_address(node: Obj, typ: str) -> str:
+    for a in (node.get("status") or {}).get("addresses") or []:
+        if a.get("type") == typ:
+            return str(a.get("address", ""))
+    return "<none>"
+
+
+def _node_row(node: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+    info = (node.get("status") or {}).get("nodeInfo") or {}
+    return [
+        _name(node),
+        node_status_text(node),
+        ",".join(node_roles(node)) or "<none>",
+        _age(node, now),
+        info.get("kubeletVersion", ""),
+        _node_address(node, "InternalIP"),
+        _node_address(node, "ExternalIP"),
+        info.get("osImage") or "<unknown>",
+        info.get("kernelVersion") or "<unknown>",
+        info.get("containerRuntimeVersion") or "<unknown>",
+    ], None
+
+
+# --- events ---------------------------------------------------------------------------------
+
+EVENT_COLUMNS = [
+    col("Last Seen", desc="The last time this event was observed"),
+    col("Type", desc="Type of this event (Normal, Warning), new types could be added in the future"),
+    col("Reason", desc="This should be a short, machine understandable string that gives the reason for the transition into the object's current status."),
+    col("Object", desc="The object that this event is about."),
+    col("Subobject", priority=1, desc="The field path of the object this event is about (e.g. spec.containers{name})."),
+    col("Source", priority=1, desc="The component reporting this event. Should be a short machine understandable string."),
+    col("Message", desc="A human-readable description of the status of this operation."),
+    col("First Seen", priority=1, desc="The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)"),
+    col("Count", "integer", priority=1, desc="The number of times this event has occurred."),
+    col("Name", priority=1, fmt="name", desc=_NAME_DESC),
+]
+
+
+def _event_row(ev: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+    first = since(ev.get("firstTimestamp"), now)
+    if not ev.get("firstTimestamp"):
+        first = since(ev.get("eventTime"), now)
+    last = since(ev.get("lastTimestamp"), now) if ev.get("lastTimestamp") else first
+    count = int(ev.get("count") or 0)
+    series = ev.get("series")
+    if series:
+        last = since(series.get("lastObservedTime"), now)
+        count = int(series.get("count") or 0)
+    elif count == 0:
+        count = 1
+    io = ev.get("involvedObject") or {}
+    kind = str(io.get("kind", "")).lower()
+    target = f"{kind}/{io['name']}" if io.get("name") else kind
+    src = ev.get("source") or {}
+    component = src.get("component") or ev.get("reportingComponent") or ev.get("reportingController") or ""
+    host = src.get("host") or ev.get("reportingInstance") or ""
+    source = f"{component}, {host}" if host else component
+    return [
+        last,
+        ev.get("type", ""),
+        ev.get("reason", ""),
+        target,
+        io.get("fieldPath", ""),
+        source,
+        str(ev.get("message", "")).strip(),
+        first,
+        count,
+        _name(ev),
+    ], None
+
+
+# --- simple kinds ---------------------------------------------------------------------------
+
+
+def _simple(cols: list[dict[str, Any]], fn: Callable[[Obj], list[Any]]) -> tuple[list[dict[str, Any]], RowFn]:
+    """Columns NAME, <cols>, AGE, built from ``fn`` returning the middle cells."""
+    def row(o: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+        return [_name(o), *fn(o), _age(o, now)], None
+
+    return [NAME_COL, *cols, AGE_COL], row
+
+
+def _lease_cells(o: Obj) -> list[Any]:
+    return [(o.get("spec") or {}).get("holderIdentity") or ""]
+
+
+def _service_row(svc: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+    spec = svc.get("spec") or {}
+    typ = spec.get("type") or "ClusterIP"
+    cluster_ip = spec.get("clusterIP") or "<none>"
+    ext = spec.get("externalIPs") or []
+    if typ in ("ClusterIP", "NodePort"):
+        external = ",".join(ext) if ext else "<none>"
+    elif typ == "LoadBalancer":
+        ing = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        ips = [i.get("ip") or i.get("hostname") for i in ing if i.get("ip") or i.get("hostname")] + list(ext)
+        external = ",".join(ips) if ips else "<pending>"
+    elif typ == "ExternalName":
+        external = spec.get("externalName") or "<none>"
+    else:
+        external = "<unknown>"
+    ports = []
+    for p in spec.get("ports") or []:
+        proto = p.get("protocol") or "TCP"
+        if p.get("nodePort"):
+            ports.append(f"{p.get('port')}:{p['nodePort']}/{proto}")
+        else:
+            ports.append(f"{p.get('port')}/{proto}")
+    sel = spec.get("selector") or {}
+    sel_s = ",".join(f"{k}={v}" for k, v in sorted(sel.items())) or "<none>"
+    return [_name(svc), typ, cluster_ip, external, ",".join(ports) or "<none>", _age(svc, now), sel_s], None
+
+
+SERVICE_COLUMNS = [
+    NAME_COL,
+    col("Type", desc="type determines how the Service is exposed."),
+    col("Cluster-IP", desc="clusterIP is the IP address of the service."),
+    col("External-IP", desc="externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service."),
+    col("Port(s)", desc="The list of ports that are exposed by this service."),
+    AGE_COL,
+    col("Selector", priority=1, desc="Route service traffic to pods with label keys and values matching this selector."),
+]
+
+
+def csr_condition(csr: Obj) -> str:
+    types = {c.get("type") for c in (csr.get("status") or {}).get("conditions") or []}
+    if "Denied" in types:
+        s = "Denied"
+    elif "Approved" in types:
+        s = "Approved"
+    else:
+        s = "Pending"
+    if "Failed" in types:
+        s += ",Failed"
+    if (csr.get("status") or {}).get("certificate"):
+        s += ",Issued"
+    return s
+
+
+CSR_COLUMNS = [
+    NAME_COL,
+    AGE_COL,
+    col("SignerName", desc="Name of the signer the request is addressed to."),
+    col("Requestor", desc="Name of the user which submitted the request."),
+    col("RequestedDuration", desc="Requested duration of issued certificate."),
+    col("Condition", desc="Conditions applied to the request, such as approval or denial."),
+]
+
+
+def _csr_row(csr: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+    spec = csr.get("spec") or {}
+    exp = spec.get("expirationSeconds")
+    dur = human_duration(float(exp)) if exp is not None else "<none>"
+    return [
+        _name(csr),
+        _age(csr, now),
+        spec.get("signerName") or "<none>",
+        spec.get("username", ""),
+        dur,
+        csr_condition(csr),
+    ], None
+
+
+def _printers() -> dict[str, tuple[list[dict[str, Any]], RowFn]]:
+    p: dict[str, tuple[list[dict[str, Any]], RowFn]] = {
+        "pods": (POD_COLUMNS, _pod_row),
+        "nodes": (NODE_COLUMNS, _node_row),
+        "events": (EVENT_COLUMNS, _event_row),
+        "services": (SERVICE_COLUMNS, _service_row),
+        "certificatesigningrequests": (CSR_COLUMNS, _csr_row),
+    }
+    p["namespaces"] = _simple(
+        [col("Status", desc="The status of the namespace")],
+        lambda o: [(o.get("status") or {}).get("phase") or "Active"],
+    )
+    p["leases"] = _simple([col("Holder", desc="holderIdentity contains the identity of the holder of a current lease.")], _lease_cells)
+    p["configmaps"] = _simple(
+        [col("Data", "integer", desc="Number of data in the configmap")],
+        lambda o: [len(o.get("data") or {}) + len(o.get("binaryData") or {})],
+    )
+    p["secrets"] = _simple(
+        [col("Type", desc="The type of the secret"), col("Data", "integer", desc="Number of data in the secret")],
+        lambda o: [o.get("type") or "Opaque", len(o.get("data") or {}) + len(o.get("stringData") or {})],
+    )
+    p["serviceaccounts"] = _simple(
+        [col("Secrets", "integer", desc="Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use.")],
+        lambda o: [len(o.get("secrets") or [])],
+    )
+    p["runtimeclasses"] = _simple(
+        [col("Handler", desc="handler specifies the underlying runtime and configuration that the CRI implementation will use to handle pods of this class.")],
+        lambda o: [o.get("handler", "")],
+    )
+    p["generic"] = _simple([], lambda o: [])
+    return p
+
+
+PRINTERS = _printers()
+
+
+def columns_for(resource: str) -> list[dict[str, Any]]:
+    return PRINTERS.get(resource, PRINTERS["generic"])[0]
+
+
+def partial_object_metadata(obj: Obj) -> dict[str, Any]:
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": _meta(obj)}
+
+
+def to_table(
+    resource: str,
+    objs: list[Obj],
+    *,
+    now: datetime | None = None,
+    resource_version: str | None = None,
+    include_columns: bool = True,
+) -> dict[str, Any]:
+    """Render ``objs`` of ``resource`` (plural, e.g. "pods") as a meta.k8s.io/v1 Table.
+
+    ``include_columns=False`` gives ``columnDefinitions: null`` as used for watch events after
+    the first one.
+    """
+    now = now or datetime.now(UTC)
+    cols, row_fn = PRINTERS.get(resource, PRINTERS["generic"])
+    rows = []
+    for o in objs:
+        cells, conds = row_fn(o, now)
+        row: dict[str, Any] = {"cells": cells, "object": partial_object_metadata(o)}
+        if conds:
+            row["conditions"] = conds
+        rows.append(row)
+    meta: dict[str, Any] = {}
+    if resource_version is not None:
+        meta["resourceVersion"] = resource_version
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": meta,
+        "columnDefinitions": cols if include_columns else None,
+        "rows": rows,
+    }

@@ -1,0 +1,154 @@
+import copy
+from typing import Any
+
+from pykubelet.server.pods import (
+    POD_UPDATE_FORBIDDEN,
+    default_image_pull_policy,
+    default_pod,
+    format_invalid,
+    validate,
+    validate_metadata,
+    validate_pod,
+)
+
+
+def mkpod(**spec: Any) -> dict[str, Any]:
+    p: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}], **spec},
+    }
+    return p
+
+
+def defaulted(**spec: Any) -> dict[str, Any]:
+    p = mkpod(**spec)
+    default_pod(p)
+    return p
+
+
+def test_defaults() -> None:
+    p = defaulted()
+    s = p["spec"]
+    assert s["restartPolicy"] == "Always"
+    assert s["dnsPolicy"] == "ClusterFirst"
+    assert s["terminationGracePeriodSeconds"] == 30
+    assert s["schedulerName"] == "default-scheduler"
+    assert s["enableServiceLinks"] is True
+    assert s["priority"] == 0
+    assert s["securityContext"] == {}
+    assert s["serviceAccountName"] == "default"
+    c = s["containers"][0]
+    assert c["imagePullPolicy"] == "Always"
+    assert c["terminationMessagePath"] == "/dev/termination-log"
+    assert c["terminationMessagePolicy"] == "File"
+    keys = {(t["key"], t["effect"], t["tolerationSeconds"]) for t in s["tolerations"]}
+    assert keys == {
+        ("node.kubernetes.io/not-ready", "NoExecute", 300),
+        ("node.kubernetes.io/unreachable", "NoExecute", 300),
+    }
+    assert p["status"] == {"phase": "Pending", "qosClass": "BestEffort"}
+    assert validate_pod(p) == []
+
+
+def test_defaulting_is_idempotent_and_respects_existing_tolerations() -> None:
+    p = defaulted(tolerations=[{"operator": "Exists"}])
+    assert p["spec"]["tolerations"] == [{"operator": "Exists"}]
+    q = copy.deepcopy(p)
+    default_pod(q)
+    assert q == p
+
+
+def test_image_pull_policy_and_container_defaults() -> None:
+    assert default_image_pull_policy("nginx") == "Always"
+    assert default_image_pull_policy("nginx:latest") == "Always"
+    assert default_image_pull_policy("nginx:1.25") == "IfNotPresent"
+    assert default_image_pull_policy("localhost:5000/app") == "Always"
+    assert default_image_pull_policy("busybox@sha256:abcd") == "IfNotPresent"
+    p = mkpod(hostNetwork=True)
+    c = p["spec"]["containers"][0]
+    c["ports"] = [{"containerPort": 80}]
+    c["readinessProbe"] = {"httpGet": {"port": 80}}
+    c["resources"] = {"limits": {"cpu": "1", "memory": "1Gi"}}
+    default_pod(p)
+    assert c["ports"] == [{"containerPort": 80, "protocol": "TCP", "hostPort": 80}]
+    assert c["readinessProbe"] == {
+        "httpGet": {"port": 80, "path": "/", "scheme": "HTTP"},
+        "timeoutSeconds": 1,
+        "periodSeconds": 10,
+        "successThreshold": 1,
+        "failureThreshold": 3,
+    }
+    assert c["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
+    assert p["status"]["qosClass"] == "Guaranteed"
+
+
+def test_invalid_name_and_missing_image() -> None:
+    p = defaulted()
+    p["metadata"]["name"] = "Foo"
+    p["spec"]["containers"][0]["image"] = ""
+    errs = validate_pod(p)
+    assert errs[0][0] == "metadata.name"
+    assert errs[0][1].startswith('Invalid value: "Foo": a lowercase RFC 1123 subdomain must consist of')
+    assert ("spec.containers[0].image", "Required value") in errs
+
+
+def test_duplicate_container_names_and_bad_restart_policy() -> None:
+    p = mkpod(restartPolicy="Sometimes")
+    p["spec"]["containers"].append({"name": "c", "image": "busybox"})
+    default_pod(p)
+    errs = validate_pod(p)
+    assert ("spec.containers[1].name", 'Duplicate value: "c"') in errs
+    assert (
+        "spec.restartPolicy",
+        'Unsupported value: "Sometimes": supported values: "Always", "OnFailure", "Never"',
+    ) in errs
+
+
+def test_no_containers_ports_volumes() -> None:
+    p = defaulted()
+    p["spec"]["containers"] = []
+    assert ("spec.containers", "Required value") in validate_pod(p)
+    p = defaulted()
+    c = p["spec"]["containers"][0]
+    c["ports"] = [{"containerPort": 70000, "protocol": "TCP"}]
+    c["volumeMounts"] = [{"name": "data", "mountPath": "/d"}]
+    c["resources"] = {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}
+    errs = validate_pod(p)
+    assert ("spec.containers[0].ports[0].containerPort", "Invalid value: 70000: must be between 1 and 65535, inclusive") in errs
+    assert ("spec.containers[0].volumeMounts[0].name", 'Not found: "data"') in errs
+    assert ("spec.containers[0].resources.requests", 'Invalid value: "2": must be less than or equal to cpu limit of 1') in errs
+
+
+def test_update_allows_image_and_toleration_additions_only() -> None:
+    old = defaulted()
+    new = copy.deepcopy(old)
+    new["spec"]["containers"][0]["image"] = "nginx:1.27"
+    new["spec"]["tolerations"].append({"key": "a", "operator": "Exists", "effect": "NoSchedule"})
+    new["spec"]["activeDeadlineSeconds"] = 60
+    assert validate_pod(new, old) == []
+    bad = copy.deepcopy(old)
+    bad["spec"]["restartPolicy"] = "Never"
+    errs = validate_pod(bad, old)
+    assert errs == [("spec", "Forbidden: " + POD_UPDATE_FORBIDDEN)]
+    removed = copy.deepcopy(old)
+    removed["spec"]["tolerations"] = []
+    assert ("spec", "Forbidden: " + POD_UPDATE_FORBIDDEN) in validate_pod(removed, old)
+
+
+def test_metadata_for_other_kinds() -> None:
+    assert validate_metadata("namespaces", {"metadata": {"name": "a.b"}})[0][1].startswith(
+        'Invalid value: "a.b": a lowercase RFC 1123 label'
+    )
+    assert validate_metadata("nodes", {"metadata": {"name": "node-1.example"}}) == []
+    assert validate("configmaps", {"metadata": {}}) == [
+        ("metadata.name", "Required value: name or generateName is required")
+    ]
+    errs = validate_metadata("nodes", {"metadata": {"name": "n", "labels": {"bad key!": "x", "ok": "bad value!"}}})
+    assert [p for p, _ in errs] == ["metadata.labels", "metadata.labels"]
+
+
+def test_format_invalid() -> None:
+    assert format_invalid("Pod", "x", [("a", "Required value")]) == 'Pod "x" is invalid: a: Required value'
+    assert format_invalid("Pod", "x", [("a", "m"), ("b", "n")]) == 'Pod "x" is invalid: [a: m, b: n]'

@@ -1,0 +1,175 @@
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from pykubelet.server.tables import human_duration, to_table
+
+NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def ts(seconds_ago: float) -> str:
+    return (NOW - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize(
+    ("secs", "text"),
+    [
+        (-5, "<invalid>"),
+        (-1, "0s"),
+        (5, "5s"),
+        (119, "119s"),
+        (190, "3m10s"),
+        (180, "3m"),
+        (700, "11m"),
+        (3 * 3600 + 5 * 60, "3h5m"),
+        (10 * 3600, "10h"),
+        (2 * 86400 + 3 * 3600, "2d3h"),
+        (10 * 86400, "10d"),
+        (800 * 86400, "2y70d"),
+        (3000 * 86400, "8y"),
+    ],
+)
+def test_human_duration(secs: int, text: str) -> None:
+    assert human_duration(secs) == text
+
+
+def pod(status: dict[str, Any], spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "web", "namespace": "default", "creationTimestamp": ts(65), "labels": {"a": "b"}, **meta},
+        "spec": spec or {"containers": [{"name": "c"}], "nodeName": "n1"},
+        "status": status,
+    }
+
+
+def cells(p: dict[str, Any]) -> list[Any]:
+    t = to_table("pods", [p], now=NOW)
+    return t["rows"][0]["cells"]
+
+
+def running(ready: bool = True, restarts: int = 0, finished: str | None = None) -> dict[str, Any]:
+    cs: dict[str, Any] = {"name": "c", "ready": ready, "restartCount": restarts, "state": {"running": {}}}
+    if finished:
+        cs["lastState"] = {"terminated": {"exitCode": 1, "finishedAt": finished}}
+    return cs
+
+
+def test_pod_table_shape_and_running() -> None:
+    p = pod({"phase": "Running", "podIPs": [{"ip": "10.0.0.5"}], "containerStatuses": [running(True, 3, ts(20))]})
+    t = to_table("pods", [p], now=NOW, resource_version="7")
+    assert t["kind"] == "Table" and t["apiVersion"] == "meta.k8s.io/v1"
+    assert t["metadata"] == {"resourceVersion": "7"}
+    names = [c["name"] for c in t["columnDefinitions"]]
+    assert names == ["Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node", "Readiness Gates"]
+    assert [c["priority"] for c in t["columnDefinitions"]] == [0, 0, 0, 0, 0, 1, 1, 1, 1]
+    row = t["rows"][0]
+    assert row["cells"] == ["web", "1/1", "Running", "3 (20s ago)", "65s", "10.0.0.5", "n1", "<none>", "<none>"]
+    assert row["object"]["kind"] == "PartialObjectMetadata"
+    assert row["object"]["metadata"]["namespace"] == "default"
+    assert row["object"]["metadata"]["labels"] == {"a": "b"}
+
+
+def test_pod_waiting_reasons_and_pending() -> None:
+    assert cells(pod({"phase": "Pending"}))[2] == "Pending"
+    cs = {"name": "c", "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff"}}}
+    assert cells(pod({"phase": "Pending", "containerStatuses": [cs]}))[1:3] == ["0/1", "ImagePullBackOff"]
+    cs = {"name": "c", "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
+    assert cells(pod({"phase": "Running", "containerStatuses": [cs]}))[2:4] == ["CrashLoopBackOff", "4"]
+
+
+def test_pod_completed_and_exit_code() -> None:
+    cs = {"name": "c", "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+    t = to_table("pods", [pod({"phase": "Succeeded", "containerStatuses": [cs]})], now=NOW)
+    assert t["rows"][0]["cells"][2] == "Completed"
+    assert t["rows"][0]["conditions"][0]["type"] == "Completed"
+    cs = {"name": "c", "restartCount": 0, "state": {"terminated": {"exitCode": 3}}}
+    assert cells(pod({"phase": "Failed", "containerStatuses": [cs]}))[2] == "ExitCode:3"
+
+
+def test_pod_init_states() -> None:
+    spec = {"initContainers": [{"name": "i1"}, {"name": "i2"}], "containers": [{"name": "c"}]}
+    done = {"name": "i1", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+    run = {"name": "i2", "state": {"running": {}}}
+    assert cells(pod({"phase": "Pending", "initContainerStatuses": [done, run]}, spec))[2] == "Init:1/2"
+    err = {"name": "i2", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}
+    assert cells(pod({"phase": "Pending", "initContainerStatuses": [done, err]}, spec))[2] == "Init:Error"
+    crash = {"name": "i1", "restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
+    assert cells(pod({"phase": "Pending", "initContainerStatuses": [crash]}, spec))[2:4] == ["Init:CrashLoopBackOff", "2"]
+    done2 = {"name": "i2", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+    waiting = {"name": "c", "state": {"waiting": {"reason": "PodInitializing"}}}
+    st = {"phase": "Pending", "initContainerStatuses": [done, done2], "containerStatuses": [waiting]}
+    assert cells(pod(st, spec))[2] == "PodInitializing"
+
+
+def test_pod_sidecar_counts_in_ready_total() -> None:
+    spec = {"initContainers": [{"name": "side", "restartPolicy": "Always"}], "containers": [{"name": "c"}]}
+    side = {"name": "side", "started": True, "ready": True, "state": {"running": {}}}
+    st = {"phase": "Running", "initContainerStatuses": [side], "containerStatuses": [running()],
+          "conditions": [{"type": "Initialized", "status": "True"}]}
+    assert cells(pod(st, spec))[1:3] == ["2/2", "Running"]
+
+
+def test_pod_terminating_and_nodelost() -> None:
+    p = pod({"phase": "Running", "containerStatuses": [running()]}, deletionTimestamp=ts(1))
+    assert cells(p)[2] == "Terminating"
+    p = pod({"phase": "Running", "reason": "NodeLost"})
+    assert cells(p)[2] == "NodeLost"
+    p = pod({"phase": "Running", "reason": "NodeLost"}, deletionTimestamp=ts(1))
+    assert cells(p)[2] == "Unknown"
+
+
+def node(ready: str | None, unsched: bool = False, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    conds = [{"type": "Ready", "status": ready}] if ready else []
+    return {
+        "metadata": {"name": "n1", "creationTimestamp": ts(2 * 86400 + 3 * 3600), "labels": labels or {}},
+        "spec": {"unschedulable": unsched},
+        "status": {
+            "conditions": conds,
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": "n1"}],
+            "nodeInfo": {"kubeletVersion": "v1.32.0", "osImage": "Debian", "kernelVersion": "6.1", "containerRuntimeVersion": "containerd://1.7"},
+        },
+    }
+
+
+def test_node_table() -> None:
+    t = to_table("nodes", [node("True", labels={"node-role.kubernetes.io/control-plane": "", "node-role.kubernetes.io/worker": ""})], now=NOW)
+    assert [c["name"] for c in t["columnDefinitions"]][:5] == ["Name", "Status", "Roles", "Age", "Version"]
+    assert t["rows"][0]["cells"] == [
+        "n1", "Ready", "control-plane,worker", "2d3h", "v1.32.0", "127.0.0.1", "<none>", "Debian", "6.1", "containerd://1.7",
+    ]
+    assert to_table("nodes", [node("Unknown", True)], now=NOW)["rows"][0]["cells"][1:3] == ["NotReady,SchedulingDisabled", "<none>"]
+    assert to_table("nodes", [node(None)], now=NOW)["rows"][0]["cells"][1] == "Unknown"
+
+
+def test_event_table() -> None:
+    ev = {
+        "metadata": {"name": "web.123", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "web", "namespace": "default"},
+        "reason": "Scheduled", "type": "Normal", "message": "Successfully assigned default/web to n1\n",
+        "source": {"component": "default-scheduler"}, "firstTimestamp": ts(100), "lastTimestamp": ts(5),
+    }
+    t = to_table("events", [ev], now=NOW)
+    visible = [c for c, d in zip(t["rows"][0]["cells"], t["columnDefinitions"], strict=True) if d["priority"] == 0]
+    assert visible == ["5s", "Normal", "Scheduled", "pod/web", "Successfully assigned default/web to n1"]
+    assert t["rows"][0]["cells"][5] == "default-scheduler"
+    assert t["rows"][0]["cells"][8] == 1
+
+
+def test_other_kinds_and_generic() -> None:
+    lease = {"metadata": {"name": "n1", "creationTimestamp": ts(10)}, "spec": {"holderIdentity": "n1"}}
+    assert to_table("leases", [lease], now=NOW)["rows"][0]["cells"] == ["n1", "n1", "10s"]
+    cm = {"metadata": {"name": "x", "creationTimestamp": ts(10)}, "data": {"a": "1", "b": "2"}}
+    assert to_table("configmaps", [cm], now=NOW)["rows"][0]["cells"] == ["x", 2, "10s"]
+    sec = {"metadata": {"name": "s"}, "type": "Opaque", "data": {"a": "MQ=="}}
+    assert to_table("secrets", [sec], now=NOW)["rows"][0]["cells"] == ["s", "Opaque", 1, "<unknown>"]
+    csr = {"metadata": {"name": "c", "creationTimestamp": ts(10)}, "spec": {"signerName": "kubernetes.io/kube-apiserver-client-kubelet", "username": "system:node:n1"},
+           "status": {"conditions": [{"type": "Approved"}], "certificate": "abc"}}
+    assert to_table("certificatesigningrequests", [csr], now=NOW)["rows"][0]["cells"] == [
+        "c", "10s", "kubernetes.io/kube-apiserver-client-kubelet", "system:node:n1", "<none>", "Approved,Issued",
+    ]
+    svc = {"metadata": {"name": "kubernetes"}, "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1", "ports": [{"port": 443, "protocol": "TCP"}]}}
+    assert to_table("services", [svc], now=NOW)["rows"][0]["cells"][:5] == ["kubernetes", "ClusterIP", "10.96.0.1", "<none>", "443/TCP"]
+    t = to_table("widgets", [{"metadata": {"name": "w", "creationTimestamp": ts(3)}}], now=NOW, include_columns=False)
+    assert t["columnDefinitions"] is None
+    assert t["rows"][0]["cells"] == ["w", "3s"]
+    assert [c["name"] for c in to_table("widgets", [], now=NOW)["columnDefinitions"]] == ["Name", "Age"]
