@@ -1,0 +1,212 @@
+"""API server side of ``pods/{name}/log|exec|attach|portforward`` and ``nodes/{name}/proxy/*``.
+
+Upstream's pod REST storage (pkg/registry/core/pod/strategy.go ``LogLocation``/``ExecLocation``/
+``AttachLocation``/``PortForwardLocation``) turns these subresources into a URL on the node's kubelet
+(``status.addresses`` InternalIP, port ``status.daemonEndpoints.kubeletEndpoint.Port``) and proxies:
+
+* log → ``GET /containerLogs/{ns}/{pod}/{container}`` with the PodLogOptions query names passed
+  through; the body is streamed back (chunked) as it arrives, so ``kubectl logs -f`` follows.
+* exec/attach → ``/exec|attach/{ns}/{pod}/{container}?command=…&input=1&output=1&error=1&tty=1``
+  (upstream's kubelet-side names for stdin/stdout/stderr/tty), portforward →
+  ``/portForward/{ns}/{pod}`` (+ ``port=`` for each requested port). These are *upgrade* requests:
+  like upstream's UpgradeAwareHandler we forward the client's upgrade (method, Upgrade/Connection,
+  Sec-WebSocket-*, X-Stream-Protocol-Version) unchanged to the kubelet and, on ``101``, pipe raw bytes
+  both ways until either side closes. Protocol translation (websocket v5, port-forward tunnelling)
+  happens in the kubelet, so whatever kubectl negotiates ends to end.
+* nodes/{n}/proxy/{path} → the same path on the kubelet (GET and friends), streamed back.
+
+The API server authenticates to the kubelet with its ``apiserver-kubelet-client`` certificate
+(``request.app["pki_dir"]``); like upstream without ``--kubelet-certificate-authority`` it does not
+verify the kubelet's self-signed serving certificate. Failures become Status objects, never
+exceptions escaping to the client.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+from aiohttp import web
+
+from pykubelet.common import wsstream
+
+LOG_PARAMS = ("follow", "previous", "timestamps", "tailLines", "sinceSeconds", "sinceTime", "limitBytes",
+              "stream", "insecureSkipTLSVerifyBackend")
+_UPGRADE_HEADERS = {"connection", "upgrade", "x-stream-protocol-version", "sec-websocket-key",
+                    "sec-websocket-version", "sec-websocket-protocol", "sec-websocket-extensions", "user-agent"}
+_TRUE = ("1", "true", "t", "yes")
+
+
+def _status(code: int, reason: str, message: str, **details: Any) -> web.Response:
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                            "message": message, "reason": reason, "code": code}
+    if details:
+        body["details"] = details
+    return web.Response(status=code, text=json.dumps(body), content_type="application/json")
+
+
+def kubelet_base_url(node: dict[str, Any]) -> str | None:
+    status = node.get("status") or {}
+    addrs = {a.get("type"): a.get("address") for a in status.get("addresses") or [] if a.get("address")}
+    host = addrs.get("InternalIP") or addrs.get("ExternalIP") or addrs.get("Hostname")
+    if not host:
+        return None
+    port = ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port") or 10250
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"https://{host}:{int(port)}"
+
+
+def _pki_dir(request: web.Request) -> Path | None:
+    d = request.app.get("pki_dir")
+    return Path(d) if d else None
+
+
+def client_ssl_context(pki_dir: Path | None) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if pki_dir is not None:
+        crt, key = pki_dir / "apiserver-kubelet-client.crt", pki_dir / "apiserver-kubelet-client.key"
+        if crt.exists() and key.exists():
+            ctx.load_cert_chain(str(crt), str(key))
+    return ctx
+
+
+def _pod_containers(pod: dict[str, Any]) -> list[str]:
+    spec = pod.get("spec") or {}
+    return [c.get("name", "") for key in ("containers", "initContainers", "ephemeralContainers")
+            for c in spec.get(key) or []]
+
+
+def pick_container(pod: dict[str, Any], requested: str | None) -> tuple[str | None, str | None]:
+    """(container, error) following upstream's defaulting and validation."""
+    name = (pod.get("metadata") or {}).get("name", "")
+    names = _pod_containers(pod)
+    if requested:
+        if requested not in names:
+            return None, f"container {requested} is not valid for pod {name}"
+        return requested, None
+    ann = ((pod.get("metadata") or {}).get("annotations") or {}).get("kubectl.kubernetes.io/default-container")
+    if ann and ann in names:
+        return ann, None
+    main = [c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or []]
+    if len(main) == 1:
+        return main[0], None
+    if not main:
+        return None, f"pod {name} does not have any containers"
+    return None, f"a container name must be specified for pod {name}, choose one of: [{' '.join(main)}]"
+
+
+def kubelet_path(pod: dict[str, Any], subresource: str, query: Any) -> tuple[str | None, str | None]:
+    """(path+query on the kubelet, error) for a pod subresource request's query (a MultiDict)."""
+    md = pod.get("metadata") or {}
+    ns, name = quote(md.get("namespace", ""), safe=""), quote(md.get("name", ""), safe="")
+    if subresource == "portforward":
+        params = [("port", p) for v in query.getall("ports", []) for p in str(v).split(",") if p]
+        return f"/portForward/{ns}/{name}" + (("?" + urlencode(params)) if params else ""), None
+    container, err = pick_container(pod, query.get("container"))
+    if err is not None or container is None:
+        return None, err
+    c = quote(container, safe="")
+    if subresource == "log":
+        params = [(k, query.get(k)) for k in LOG_PARAMS if query.get(k) not in (None, "")]
+        return f"/containerLogs/{ns}/{name}/{c}" + (("?" + urlencode(params)) if params else ""), None
+    if subresource in ("exec", "attach"):
+        params = [("command", v) for v in query.getall("command", [])] if subresource == "exec" else []
+        for api_name, kubelet_name in (("stdin", "input"), ("stdout", "output"), ("stderr", "error"),
+                                       ("tty", "tty")):
+            if str(query.get(api_name, "")).lower() in _TRUE:
+                params.append((kubelet_name, "1"))
+        if subresource == "exec" and not any(k == "command" for k, _ in params):
+            return None, "you must specify at least 1 command"
+        path = "/exec" if subresource == "exec" else "/attach"
+        return f"{path}/{ns}/{name}/{c}?" + urlencode(params), None
+    return None, f"unsupported subresource {subresource}"
+
+
+async def _stream_get(request: web.Request, url: str, ctx: ssl.SSLContext) -> web.StreamResponse:
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
+    try:
+        session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
+    except Exception as e:  # pragma: no cover - defensive
+        return _status(500, "InternalError", str(e))
+    try:
+        try:
+            upstream = await session.request(request.method, url, ssl=ctx,
+                                             headers={"Accept": request.headers.get("Accept", "*/*")})
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            return _status(500, "InternalError", f'Get "{url}": {e}')
+        async with upstream:
+            if upstream.status >= 400 and upstream.content_type == "application/json":
+                body = await upstream.read()
+                return web.Response(status=upstream.status, body=body, content_type="application/json")
+            resp = web.StreamResponse(status=upstream.status)
+            for h in ("Content-Type", "Content-Encoding", "Cache-Control"):
+                if h in upstream.headers:
+                    resp.headers[h] = upstream.headers[h]
+            resp.enable_chunked_encoding()
+            await resp.prepare(request)
+            try:
+                async for chunk in upstream.content.iter_any():
+                    await resp.write(chunk)
+                await resp.write_eof()
+            except (ConnectionError, aiohttp.ClientError, RuntimeError):
+                pass
+            return resp
+    finally:
+        await session.close()
+
+
+async def _proxy_upgrade(request: web.Request, url: str, ctx: ssl.SSLContext) -> web.StreamResponse:
+    headers = [(k, v) for k, v in request.headers.items() if k.lower() in _UPGRADE_HEADERS]
+    try:
+        up = await wsstream.open_upgrade(url, method=request.method, headers=headers, ssl_context=ctx)
+    except (OSError, TimeoutError, ValueError, ssl.SSLError) as e:
+        return _status(500, "InternalError", f"error dialing backend: {e}")
+    if up.status != 101:
+        body = await up.read_body()
+        await up.conn.close()
+        ctype = up.header("Content-Type") or "text/plain"
+        return web.Response(status=up.status, body=body, headers={"Content-Type": ctype})
+    resp, client = await wsstream.hijack(request, wsstream.upgrade_response_headers(up))
+    await wsstream.pipe(client, up.conn)
+    return resp
+
+
+async def pod_subresource(request: web.Request, *, pod: dict[str, Any], node: dict[str, Any],
+                          subresource: str) -> web.StreamResponse:
+    base = kubelet_base_url(node)
+    if base is None:
+        return _status(500, "InternalError", f"node {(node.get('metadata') or {}).get('name')} has no address")
+    path, err = kubelet_path(pod, subresource, request.query)
+    if err is not None or path is None:
+        return _status(400, "BadRequest", err or "bad request")
+    ctx = client_ssl_context(_pki_dir(request))
+    url = base + path
+    if subresource == "log":
+        return await _stream_get(request, url, ctx)
+    is_upgrade = "upgrade" in request.headers.get("Connection", "").lower() and request.headers.get("Upgrade")
+    if not is_upgrade:
+        return _status(400, "BadRequest", "Upgrade request required")
+    return await _proxy_upgrade(request, url, ctx)
+
+
+async def node_proxy(request: web.Request, *, node: dict[str, Any], path: str) -> web.StreamResponse:
+    base = kubelet_base_url(node)
+    if base is None:
+        return _status(500, "InternalError", f"node {(node.get('metadata') or {}).get('name')} has no address")
+    rel = "/" + path.lstrip("/")
+    if any(seg == ".." for seg in rel.split("/")):
+        return _status(400, "BadRequest", "invalid path")
+    qs = request.query_string
+    url = base + quote(rel, safe="/:@!$&'()*+,;=-._~") + (("?" + qs) if qs else "")
+    ctx = client_ssl_context(_pki_dir(request))
+    is_upgrade = "upgrade" in request.headers.get("Connection", "").lower() and request.headers.get("Upgrade")
+    if is_upgrade:
+        return await _proxy_upgrade(request, url, ctx)
+    return await _stream_get(request, url, ctx)

@@ -1,0 +1,231 @@
+"""Object storage for the dev API server: SQLite (WAL) + in-memory index + watch history.
+
+Design.  etcd gives upstream one global, monotonically increasing revision that doubles as every
+object's ``metadata.resourceVersion``; we do the same with a single counter persisted in SQLite.
+All objects are also held in memory (a dict per resource keyed by (namespace, name)), so reads and
+lists never touch the database and never block the event loop; writes are tiny single-row
+transactions in WAL mode with ``synchronous=NORMAL`` (durable across process crashes, which is
+what "a restart loses nothing" needs), done inline because each takes microseconds.
+
+Watches follow the upstream watch cache (``staging/src/k8s.io/apiserver/pkg/storage/cacher``):
+a bounded ring of recent events; a watch may resume from any resourceVersion still covered by the
+ring, otherwise it gets ``410 Expired`` ("too old resource version").  After a restart the ring is
+empty and covers exactly the persisted revision onward.  Optimistic concurrency: an update that
+names a resourceVersion other than the stored one fails with 409 Conflict.
+
+Everything runs on the event loop thread, so no locking is needed: a write and its fan-out to
+watchers happen atomically with respect to other coroutines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import copy
+import json
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pykubelet.server.errors import already_exists, conflict, expired, not_found
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED | MODIFIED | DELETED
+    resource: str  # storage key of the resource, e.g. "pods" or "leases.coordination.k8s.io"
+    namespace: str
+    name: str
+    rv: int
+    obj: Obj
+    old: Obj | None = None
+
+
+@dataclass(eq=False)
+class Watcher:
+    """A live subscription; events are pushed by the store, consumed by the HTTP handler."""
+
+    resource: str
+    namespace: str | None
+    queue: asyncio.Queue[WatchEvent | None] = field(default_factory=asyncio.Queue)
+    closed: bool = False
+
+
+class Storage:
+    """Persistent, watchable object store.  Keys: (resource, namespace, name); cluster-scoped
+    objects use namespace ""."""
+
+    def __init__(self, path: str | Path | None, history: int = 10000) -> None:
+        self._path = str(path) if path is not None else ":memory:"
+        self._db: sqlite3.Connection | None = None
+        self._objects: dict[str, dict[tuple[str, str], Obj]] = collections.defaultdict(dict)
+        self._history: collections.deque[WatchEvent] = collections.deque(maxlen=history)
+        self._watchers: dict[str, set[Watcher]] = collections.defaultdict(set)
+        self.revision = 0
+        self._floor = 0  # oldest revision a watch can resume from
+
+    # ---------------------------------------------------------------- lifecycle
+    def open(self) -> None:
+        db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS objects (resource TEXT, namespace TEXT, name TEXT, rv INTEGER,"
+            " data TEXT, PRIMARY KEY (resource, namespace, name))"
+        )
+        db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER)")
+        row = db.execute("SELECT value FROM meta WHERE key='revision'").fetchone()
+        self.revision = int(row[0]) if row else 0
+        for resource, ns, name, _rv, data in db.execute("SELECT * FROM objects"):
+            self._objects[resource][(ns, name)] = json.loads(data)
+        self._floor = self.revision
+        self._db = db
+
+    def close(self) -> None:
+        for ws in self._watchers.values():
+            for w in ws:
+                w.closed = True
+                w.queue.put_nowait(None)
+        self._watchers.clear()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # ---------------------------------------------------------------- reads
+    def get(self, resource: str, namespace: str, name: str) -> Obj | None:
+        obj = self._objects[resource].get((namespace, name))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def peek(self, resource: str, namespace: str, name: str) -> Obj | None:
+        """Like get() but returns the stored object itself: callers must not mutate it."""
+        return self._objects[resource].get((namespace, name))
+
+    def list_objects(self, resource: str, namespace: str | None = None) -> list[Obj]:
+        """Objects sorted by (namespace, name), deep-copied."""
+        items = self._objects[resource]
+        keys = sorted(k for k in items if namespace is None or k[0] == namespace)
+        return [copy.deepcopy(items[k]) for k in keys]
+
+    def iter_raw(self, resource: str, namespace: str | None = None) -> Iterator[tuple[tuple[str, str], Obj]]:
+        """Sorted (key, stored object) pairs without copying; callers must not mutate."""
+        items = self._objects[resource]
+        for k in sorted(k for k in items if namespace is None or k[0] == namespace):
+            yield k, items[k]
+
+    def resources(self) -> list[str]:
+        return [r for r, objs in self._objects.items() if objs]
+
+    def count(self, resource: str) -> int:
+        return len(self._objects[resource])
+
+    # ---------------------------------------------------------------- writes
+    def _next_rv(self) -> int:
+        self.revision += 1
+        return self.revision
+
+    def _persist(self, resource: str, namespace: str, name: str, obj: Obj | None) -> None:
+        db = self._db
+        if db is None:
+            raise RuntimeError("storage is not open")
+        db.execute("BEGIN")
+        try:
+            if obj is None:
+                db.execute(
+                    "DELETE FROM objects WHERE resource=? AND namespace=? AND name=?",
+                    (resource, namespace, name),
+                )
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?)",
+                    (resource, namespace, name, self.revision, json.dumps(obj, separators=(",", ":"))),
+                )
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('revision', ?)", (self.revision,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def create(self, resource: str, namespace: str, name: str, obj: Obj, *, kind_name: str = "",
+               group: str = "") -> Obj:
+        items = self._objects[resource]
+        if (namespace, name) in items:
+            raise already_exists(kind_name or resource, name, group)
+        obj = copy.deepcopy(obj)
+        rv = self._next_rv()
+        obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
+        self._persist(resource, namespace, name, obj)
+        items[(namespace, name)] = obj
+        self._emit(WatchEvent("ADDED", resource, namespace, name, rv, obj))
+        return copy.deepcopy(obj)
+
+    def update(self, resource: str, namespace: str, name: str, obj: Obj, *, expected_rv: str | None = None,
+               kind_name: str = "", group: str = "") -> Obj:
+        items = self._objects[resource]
+        old = items.get((namespace, name))
+        if old is None:
+            raise not_found(kind_name or resource, name, group)
+        if expected_rv and expected_rv != old["metadata"].get("resourceVersion"):
+            raise conflict(kind_name or resource, name, group)
+        obj = copy.deepcopy(obj)
+        rv = self._next_rv()
+        obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
+        self._persist(resource, namespace, name, obj)
+        items[(namespace, name)] = obj
+        self._emit(WatchEvent("MODIFIED", resource, namespace, name, rv, obj, old))
+        return copy.deepcopy(obj)
+
+    def delete(self, resource: str, namespace: str, name: str, *, expected_rv: str | None = None,
+               kind_name: str = "", group: str = "") -> Obj:
+        items = self._objects[resource]
+        old = items.get((namespace, name))
+        if old is None:
+            raise not_found(kind_name or resource, name, group)
+        if expected_rv and expected_rv != old["metadata"].get("resourceVersion"):
+            raise conflict(kind_name or resource, name, group)
+        rv = self._next_rv()
+        # Upstream's DELETED event carries the object at the deletion revision.
+        obj = copy.deepcopy(old)
+        obj["metadata"]["resourceVersion"] = str(rv)
+        self._persist(resource, namespace, name, None)
+        del items[(namespace, name)]
+        self._emit(WatchEvent("DELETED", resource, namespace, name, rv, obj, old))
+        return copy.deepcopy(obj)
+
+    # ---------------------------------------------------------------- watch
+    def _emit(self, ev: WatchEvent) -> None:
+        if len(self._history) == self._history.maxlen:
+            self._floor = self._history[0].rv
+        self._history.append(ev)
+        for w in list(self._watchers.get(ev.resource, ())):
+            if w.namespace is None or w.namespace == ev.namespace:
+                w.queue.put_nowait(ev)
+
+    def history_floor(self) -> int:
+        return self._floor
+
+    def watch(self, resource: str, namespace: str | None, since: int | None,
+              initial: Callable[[], list[Obj]] | None = None) -> Watcher:
+        """Subscribe.  ``since``: deliver events with rv > since (410 if no longer in history).
+        ``since is None``: synthesize ADDED for current objects first (upstream semantics for an
+        unset or "0" resourceVersion)."""
+        w = Watcher(resource, namespace)
+        if since is None:
+            for (ns, name), obj in self.iter_raw(resource, namespace):
+                rv = int(obj["metadata"].get("resourceVersion", "0") or 0)
+                w.queue.put_nowait(WatchEvent("ADDED", resource, ns, name, rv, copy.deepcopy(obj)))
+        else:
+            if since < self._floor:
+                raise expired(f"too old resource version: {since} ({self._floor})")
+            for ev in self._history:
+                if ev.rv > since and ev.resource == resource and (namespace is None or ev.namespace == namespace):
+                    w.queue.put_nowait(ev)
+        self._watchers[resource].add(w)
+        return w
+
+    def unwatch(self, w: Watcher) -> None:
+        w.closed = True
+        self._watchers.get(w.resource, set()).discard(w)
