@@ -138,6 +138,7 @@ class KubeletServer:
         r.add_post("/run/{namespace}/{pod}/{container}", self.streaming.run)
         r.add_post("/run/{namespace}/{pod}/{uid}/{container}", self.streaming.run)
         r.add_get("/configz", self.configz)
+        r.add_get("/debug/pprof/goroutine", self.debug_tasks)
         return app
 
     def _add_read_routes(self, app: web.Application) -> None:
@@ -384,6 +385,27 @@ class KubeletServer:
         if kind == "missing":
             return web.Response(status=404, text="404 page not found\n")
         return web.FileResponse(target, headers={"Content-Type": "text/plain; charset=utf-8"})
+
+    async def debug_tasks(self, request: web.Request) -> web.Response:
+        """The asyncio analogue of upstream's ``/debug/pprof/goroutine?debug=1`` (a "proxy" subresource).
+
+        First line ``goroutine profile: total N``; then one ``count @ module.qualname`` line per coroutine,
+        so leaks of streaming tasks (pumps, log followers, request handlers) are visible from outside.
+        """
+        counts: dict[str, int] = {}
+        tasks = asyncio.all_tasks()
+        for t in tasks:
+            coro: Any = t.get_coro()
+            code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
+            mod = ""
+            frame = getattr(coro, "cr_frame", None)
+            if frame is not None:
+                mod = str(frame.f_globals.get("__name__", ""))
+            name = f"{mod}.{getattr(code, 'co_qualname', '?')}" if code is not None else type(coro).__name__
+            counts[name] = counts.get(name, 0) + 1
+        lines = [f"goroutine profile: total {len(tasks)}"]
+        lines += [f"{n} @ {name}" for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+        return web.Response(text="\n".join(lines) + "\n")
 
     async def configz(self, request: web.Request) -> web.Response:
         to_dict = getattr(self.config, "to_dict", None)

@@ -211,9 +211,15 @@ class StreamingHandlers:
             stdin_s = streams.get("stdin")
             resize_s = streams.get("resize")
             async for msg in ws:
-                if msg.type != WSMsgType.BINARY or not msg.data:
+                # Like upstream's wsstream (x/net/websocket Message.Receive), text frames carry channel
+                # data too: the official Python client sends str stdin as text frames.
+                if msg.type == WSMsgType.TEXT and msg.data:
+                    raw = msg.data.encode()
+                elif msg.type == WSMsgType.BINARY and msg.data:
+                    raw = msg.data
+                else:
                     continue
-                ch, data = wsstream.decode(msg.data)
+                ch, data = wsstream.decode(raw)
                 try:
                     if ch == wsstream.STDIN and stdin_s is not None and data:
                         await stdin_s.write(data)
