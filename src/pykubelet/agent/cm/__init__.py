@@ -1,0 +1,1 @@
+"""Container manager: pod cgroups (upstream pkg/kubelet/cm)."""

@@ -1,0 +1,182 @@
+"""Event recorder (upstream client-go tools/record with the kubelet's settings).
+
+``recorder.event(obj, type_, reason, message)`` never blocks and never raises: the event goes onto a
+bounded in-memory queue and a background task writes it. Like upstream's ``EventCorrelator``:
+
+- aggregation: events with the same key (involved object, type, reason, message, source) within
+  10 minutes update the existing Event (``count`` + 1, ``lastTimestamp``) with a PATCH instead of
+  creating a new one;
+- spam filter: a token bucket per involved object (burst 25, one token per 5 minutes) drops excess;
+- a failed write is retried a few times, then dropped with a log line.
+
+With ``api=None`` (unit tests) events are only kept in ``recorder.recorded`` (bounded) and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pykubelet.agent.status.generate import rfc3339
+
+log = logging.getLogger(__name__)
+
+AGGREGATE_WINDOW = 600.0
+SPAM_BURST = 25
+SPAM_QPS = 1.0 / 300.0
+
+
+@dataclass
+class _Seen:
+    name: str
+    namespace: str
+    count: int
+    first: str
+    last_seen: float
+
+
+class EventRecorder:
+    def __init__(self, api: Any | None, *, component: str = "kubelet", host: str = "") -> None:
+        self.api = api
+        self.component = component
+        self.host = host
+        self.recorded: collections.deque[tuple[dict[str, Any], str, str, str]] = collections.deque(maxlen=1000)
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=1000)
+        self._seen: dict[tuple[str, ...], _Seen] = {}
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    # -- public API --------------------------------------------------------------------------
+    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        md = obj.get("metadata") or {}
+        ref = {
+            "kind": obj.get("kind") or "Pod",
+            "apiVersion": obj.get("apiVersion") or "v1",
+            "name": md.get("name", ""),
+            "namespace": md.get("namespace", "") or ("default" if (obj.get("kind") or "Pod") == "Pod" else ""),
+            "uid": md.get("uid", ""),
+        }
+        if md.get("resourceVersion"):
+            ref["resourceVersion"] = md["resourceVersion"]
+        self.recorded.append((ref, type_, reason, message))
+        log.info("event %s %s/%s %s: %s", type_, ref["namespace"], ref["name"], reason, message)
+        if self.api is None:
+            return
+        if not self._allow(ref["uid"] or ref["name"]):
+            return
+        try:
+            self._queue.put_nowait({"ref": ref, "type": type_, "reason": reason, "message": message,
+                                    "ts": time.time()})
+        except asyncio.QueueFull:
+            log.warning("event queue full, dropping %s %s", reason, message)
+            return
+        self._ensure_task()
+
+    def reasons_for(self, name: str) -> list[str]:
+        return [r for ref, _t, r, _m in self.recorded if ref["name"] == name]
+
+    async def flush(self, wait: float = 5.0) -> None:
+        """Wait (at most ``wait`` seconds) until queued events are written."""
+        try:
+            async with asyncio.timeout(wait):
+                await self._queue.join()
+        except TimeoutError:
+            pass
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+
+    # -- internals ---------------------------------------------------------------------------
+    def _allow(self, key: str) -> bool:
+        now = time.monotonic()
+        tokens, last = self._buckets.get(key, (float(SPAM_BURST), now))
+        tokens = min(float(SPAM_BURST), tokens + (now - last) * SPAM_QPS)
+        if tokens < 1:
+            self._buckets[key] = (tokens, now)
+            return False
+        self._buckets[key] = (tokens - 1, now)
+        return True
+
+    def _ensure_task(self) -> None:
+        if self._task is None or self._task.done():
+            try:
+                self._task = asyncio.get_running_loop().create_task(self._writer(), name="event-writer")
+            except RuntimeError:
+                pass
+
+    async def _writer(self) -> None:
+        while True:
+            item = await self._queue.get()
+            try:
+                await self._write_retrying(item)
+            finally:
+                self._queue.task_done()
+
+    async def _write_retrying(self, item: dict[str, Any]) -> None:
+        if True:
+            for attempt in range(3):
+                try:
+                    await self._write(item)
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    if attempt == 2:
+                        log.warning("dropping event %s: %s", item["reason"], e)
+                    else:
+                        await asyncio.sleep(0.5 * (attempt + 1))
+
+    async def _write(self, item: dict[str, Any]) -> None:
+        api = self.api
+        assert api is not None
+        ref = item["ref"]
+        ns = ref["namespace"] or "default"
+        key = (ref["kind"], ns, ref["name"], ref["uid"], item["type"], item["reason"], item["message"])
+        now = rfc3339(item["ts"])
+        seen = self._seen.get(key)
+        if seen is not None and item["ts"] - seen.last_seen < AGGREGATE_WINDOW:
+            seen.count += 1
+            seen.last_seen = item["ts"]
+            try:
+                await api.patch(
+                    f"/api/v1/namespaces/{seen.namespace}/events/{seen.name}",
+                    {"count": seen.count, "lastTimestamp": now},
+                    patch_type="merge",
+                )
+                return
+            except Exception as e:
+                if getattr(e, "status", None) != 404:
+                    raise
+        name = f"{ref['name']}.{uuid.uuid4().hex[:16]}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": ns},
+            "involvedObject": ref,
+            "reason": item["reason"],
+            "message": item["message"],
+            "type": item["type"],
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": self.component, "host": self.host},
+            "reportingComponent": self.component,
+            "reportingInstance": self.host,
+        }
+        await api.create(f"/api/v1/namespaces/{ns}/events", body)
+        self._seen[key] = _Seen(name, ns, 1, now, item["ts"])
+        if len(self._seen) > 4096:
+            cutoff = item["ts"] - AGGREGATE_WINDOW
+            for k in [k for k, v in self._seen.items() if v.last_seen < cutoff]:
+                del self._seen[k]

@@ -1,0 +1,1 @@
+"""Image pulling policy and credentials (upstream pkg/kubelet/images)."""

@@ -1,0 +1,1 @@
+"""Runtime manager: turns pod specs into CRI calls (upstream pkg/kubelet/kuberuntime)."""

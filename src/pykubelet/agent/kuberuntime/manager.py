@@ -1,0 +1,493 @@
+"""RuntimeManager: executes pod actions against a CRI runtime (upstream kuberuntime_manager.go).
+
+- ``list_runtime()`` / ``get_pods()``: everything the runtime has, grouped by the pod uid label, so
+  the agent's whole state is rebuilt from CRI labels/annotations after a restart (no local DB).
+- ``get_pod_status(uid)``: full status of one pod (sandbox IPs, container exit codes, times).
+- ``sync_pod(pod, status)``: ``compute_pod_actions`` then kill / create sandbox / start init and app
+  containers (pull → create → start), recording events with upstream reasons and messages and a
+  per-container "reason cache" (CrashLoopBackOff, ErrImagePull, ImagePullBackOff,
+  CreateContainerConfigError, ...) that the status generator shows as Waiting reasons.
+- ``kill_pod(...)``: StopContainer with the grace period for every running container in parallel
+  (the runtime sends SIGTERM then SIGKILL at the deadline), then StopPodSandbox.
+- ``gc_pod``/``remove_pod``: remove dead containers, keeping the newest dead one per container name
+  (for ``lastState`` and ``logs --previous``), and dead sandboxes (upstream container_gc.go).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from pykubelet.agent import metrics
+from pykubelet.agent.images.manager import ImageManager
+from pykubelet.agent.kuberuntime import podconfig
+from pykubelet.agent.kuberuntime import types as t
+from pykubelet.agent.kuberuntime.actions import (
+    PodActions,
+    backoff_key,
+    compute_pod_actions,
+    format_pod,
+)
+from pykubelet.agent.kuberuntime.backoff import Backoff
+from pykubelet.cri import CRIError, pb
+
+log = logging.getLogger(__name__)
+
+Pod = dict[str, Any]
+MIN_GRACE = 2
+
+_STATE = {
+    pb.CONTAINER_CREATED: t.STATE_CREATED,
+    pb.CONTAINER_RUNNING: t.STATE_RUNNING,
+    pb.CONTAINER_EXITED: t.STATE_EXITED,
+}
+
+
+def _sec(ns: int) -> float:
+    return ns / 1e9 if ns else 0.0
+
+
+def _memory_capacity() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+MAX_TERMINATION_MESSAGE = 4096
+FALLBACK_LOG_LINES = 80
+FALLBACK_LOG_BYTES = 2048
+
+
+def _read_termination_file(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read(MAX_TERMINATION_MESSAGE).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _tail_cri_log(path: str) -> str:
+    """Last lines of a CRI-format log (``<ts> <stream> <P|F> <msg>``), as upstream's fallback."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    out: list[str] = []
+    for line in data.splitlines()[-FALLBACK_LOG_LINES:]:
+        parts = line.split(" ", 3)
+        if len(parts) == 4:
+            out.append(parts[3] + ("\n" if parts[2] == "F" else ""))
+    text = "".join(out)
+    return text[-FALLBACK_LOG_BYTES:]
+
+
+def _with_termination_message(s: pb.ContainerStatus) -> str:
+    """Runtime message + the container's termination message (upstream getTerminationMessage)."""
+    ann = s.annotations
+    path = ann.get(t.TERMINATION_MESSAGE_PATH_ANNOTATION, "")
+    msg = ""
+    if path:
+        for m in s.mounts:
+            if m.container_path == path:
+                msg = _read_termination_file(m.host_path)
+                break
+    if (not msg and s.state == pb.CONTAINER_EXITED and s.exit_code != 0
+            and ann.get(t.TERMINATION_MESSAGE_POLICY_ANNOTATION) == "FallbackToLogsOnError" and s.log_path):
+        msg = _tail_cri_log(s.log_path)
+    if not msg:
+        return str(s.message)
+    return f"{s.message}: {msg}" if s.message else msg
+
+
+@dataclass
+class RuntimeListing:
+    """Cheap listing (List* RPCs only): per pod uid, sandbox and container id → state."""
+
+    pods: dict[str, dict[str, str]] = field(default_factory=dict)  # uid → {id: state}
+    meta: dict[str, tuple[str, str]] = field(default_factory=dict)  # uid → (namespace, name)
+    sandboxes: list[pb.PodSandbox] = field(default_factory=list)
+    containers: list[pb.Container] = field(default_factory=list)
+
+
+@dataclass
+class SyncResult:
+    error: str = ""
+    actions: PodActions | None = None
+    started: list[str] = field(default_factory=list)
+
+
+class RuntimeManager:
+    def __init__(
+        self,
+        runtime: Any,
+        *,
+        images: ImageManager,
+        recorder: Any,
+        pod_logs_dir: str,
+        node_name: str = "",
+        host_ips: list[str] | None = None,
+        cgroup_parent: Any = None,
+        lookup: podconfig.Lookup | None = None,
+        backoff: Backoff | None = None,
+        cluster_dns: list[str] | None = None,
+        cluster_domain: str = "cluster.local",
+        resolv_conf: str = "/etc/resolv.conf",
+        runtime_handler: str = "",
+        pods_dir: str | None = None,
+        extra_mounts: Any = None,
+    ) -> None:
+        self.runtime = runtime
+        self.images = images
+        self.recorder = recorder
+        self.pod_logs_dir = pod_logs_dir
+        self.node_name = node_name
+        self.host_ips = list(host_ips or [])
+        self.cgroup_parent = cgroup_parent or (lambda pod: "")
+        self.lookup = lookup
+        self.backoff = backoff or Backoff(10.0, 300.0)
+        self.cluster_dns = cluster_dns or []
+        self.cluster_domain = cluster_domain
+        self.resolv_conf = resolv_conf
+        self.runtime_handler = runtime_handler
+        self.pods_dir = pods_dir  # <root_dir>/pods: termination-message files live below it
+        self.extra_mounts = extra_mounts  # optional (pod, container) -> list[pb.Mount] (volumes)
+        self.memory_capacity = _memory_capacity()
+        self.node_allocatable = {"cpu": Decimal(os.cpu_count() or 1), "memory": Decimal(self.memory_capacity)}
+        self.reasons: dict[str, dict[str, tuple[str, str]]] = {}  # uid → container → (reason, message)
+
+    # ------------------------------------------------------------------ reading the runtime
+    async def list_runtime(self) -> RuntimeListing:
+        sandboxes, containers = await asyncio.gather(self.runtime.list_pod_sandbox(),
+                                                     self.runtime.list_containers())
+        out = RuntimeListing(sandboxes=sandboxes, containers=containers)
+        for sb in sandboxes:
+            uid = sb.labels.get(t.POD_UID_LABEL) or sb.metadata.uid
+            if not uid:
+                continue
+            out.pods.setdefault(uid, {})[sb.id] = "sandbox:" + str(sb.state)
+            out.meta.setdefault(uid, (sb.metadata.namespace, sb.metadata.name))
+        for c in containers:
+            uid = c.labels.get(t.POD_UID_LABEL)
+            if not uid:
+                continue
+            out.pods.setdefault(uid, {})[c.id] = "container:" + str(c.state)
+            out.meta.setdefault(uid, (c.labels.get(t.POD_NAMESPACE_LABEL, ""), c.labels.get(t.POD_NAME_LABEL, "")))
+        return out
+
+    async def get_pods(self) -> dict[str, t.RuntimePodStatus]:
+        """Full status of every pod the runtime knows (rebuilt from labels)."""
+        listing = await self.list_runtime()
+        out: dict[str, t.RuntimePodStatus] = {}
+        for uid in listing.pods:
+            out[uid] = await self.get_pod_status(uid)
+        return out
+
+    def _container_from_status(self, s: pb.ContainerStatus) -> t.ContainerRuntimeStatus:
+        ann, labels = s.annotations, s.labels
+        try:
+            restarts = int(ann.get(t.CONTAINER_RESTART_COUNT_ANNOTATION, s.metadata.attempt))
+        except ValueError:
+            restarts = s.metadata.attempt
+        return t.ContainerRuntimeStatus(
+            id=s.id,
+            name=labels.get(t.CONTAINER_NAME_LABEL) or s.metadata.name,
+            state=_STATE.get(s.state, t.STATE_UNKNOWN),
+            created_at=_sec(s.created_at),
+            started_at=_sec(s.started_at),
+            finished_at=_sec(s.finished_at),
+            exit_code=s.exit_code,
+            image=s.image.image,
+            image_ref=s.image_ref,
+            image_id=getattr(s, "image_id", "") or "",
+            hash=ann.get(t.CONTAINER_HASH_ANNOTATION, ""),
+            restart_count=restarts,
+            reason=s.reason,
+            message=_with_termination_message(s),
+            log_path=s.log_path,
+        )
+
+    async def get_pod_status(self, uid: str) -> t.RuntimePodStatus:
+        ts = time.time()
+        sandboxes = await self.runtime.list_pod_sandbox(pb.PodSandboxFilter(label_selector={t.POD_UID_LABEL: uid}))
+        containers = await self.runtime.list_containers(pb.ContainerFilter(label_selector={t.POD_UID_LABEL: uid}))
+        st = t.RuntimePodStatus(uid=uid, timestamp=ts)
+        for sb in sandboxes:
+            st.name, st.namespace = sb.metadata.name, sb.metadata.namespace
+            s = t.SandboxRuntimeStatus(id=sb.id, ready=sb.state == pb.SANDBOX_READY, attempt=sb.metadata.attempt,
+                                       created_at=_sec(sb.created_at))
+            if s.ready:
+                try:
+                    resp = await self.runtime.pod_sandbox_status(sb.id)
+                    net = resp.status.network
+                    s.ips = [ip for ip in [net.ip, *(a.ip for a in net.additional_ips)] if ip]
+                    s.host_network = resp.status.linux.namespaces.options.network == pb.NODE
+                except CRIError as e:
+                    log.debug("sandbox status %s: %s", sb.id, e)
+            st.sandboxes.append(s)
+        for c in containers:
+            try:
+                resp = await self.runtime.container_status(c.id)
+            except CRIError as e:
+                if e.not_found:
+                    continue
+                raise
+            cs = self._container_from_status(resp.status)
+            cs.sandbox_id = c.pod_sandbox_id
+            st.containers.append(cs)
+            if not st.name:
+                st.name = c.labels.get(t.POD_NAME_LABEL, "")
+                st.namespace = c.labels.get(t.POD_NAMESPACE_LABEL, "")
+        st.sort()
+        return st
+
+    # ------------------------------------------------------------------ sync
+    def reasons_for(self, uid: str) -> dict[str, tuple[str, str]]:
+        return dict(self.reasons.get(uid, {}))
+
+    def _set_reason(self, pod: Pod, name: str, reason: str, message: str) -> None:
+        self.reasons.setdefault(pod["metadata"]["uid"], {})[name] = (reason, message)
+
+    def _clear_reason(self, pod: Pod, name: str) -> None:
+        self.reasons.get(pod["metadata"]["uid"], {}).pop(name, None)
+
+    def forget(self, uid: str) -> None:
+        self.reasons.pop(uid, None)
+
+    def sandbox_config(self, pod: Pod, attempt: int) -> pb.PodSandboxConfig:
+        return podconfig.sandbox_config(
+            pod, attempt, pod_logs_dir=self.pod_logs_dir, cgroup_parent=self.cgroup_parent(pod),
+            cluster_dns=self.cluster_dns, cluster_domain=self.cluster_domain, resolv_conf=self.resolv_conf,
+        )
+
+    async def sync_pod(self, pod: Pod, status: t.RuntimePodStatus) -> SyncResult:
+        actions = compute_pod_actions(pod, status, now=time.time(), backoff=self.backoff)
+        result = SyncResult(actions=actions)
+        if actions.is_noop() and not actions.backoff:
+            return result
+        log.debug("pod %s actions %s", format_pod(pod), actions)
+        if actions.kill_pod:
+            if status.running() or any(s.ready for s in status.sandboxes):
+                await self.kill_pod(pod, status, podconfig.termination_grace(pod), reason="")
+        else:
+            await asyncio.gather(*(
+                self._kill_container(pod, cid, info.name, podconfig.termination_grace(pod), info.message)
+                for cid, info in actions.containers_to_kill.items()
+            ))
+        for name, msg in actions.backoff.items():
+            self._set_reason(pod, name, "CrashLoopBackOff", msg)
+            self.recorder.event(pod, "Warning", "BackOff",
+                                f"Back-off restarting failed container {name} in pod {format_pod(pod)}")
+        if not actions.create_sandbox and not actions.init_containers_to_start and not actions.containers_to_start:
+            return result
+        sandbox_id = actions.sandbox_id
+        sb_config = self.sandbox_config(pod, actions.attempt)
+        pod_ips = status.ips
+        if actions.create_sandbox:
+            try:
+                os.makedirs(sb_config.log_directory, exist_ok=True)
+            except OSError as e:
+                log.warning("cannot create log dir %s: %s", sb_config.log_directory, e)
+            try:
+                sandbox_id = await self.runtime.run_pod_sandbox(sb_config, self.runtime_handler)
+            except Exception as e:
+                msg = f"Failed to create pod sandbox: {getattr(e, 'details', None) or e}"
+                self.recorder.event(pod, "Warning", "FailedCreatePodSandBox", msg)
+                metrics.STARTED_PODS_ERRORS.inc()
+                result.error = msg
+                return result
+            metrics.STARTED_PODS.inc()
+            try:
+                resp = await self.runtime.pod_sandbox_status(sandbox_id)
+                net = resp.status.network
+                pod_ips = [ip for ip in [net.ip, *(a.ip for a in net.additional_ips)] if ip]
+            except Exception as e:
+                log.warning("sandbox status after create: %s", e)
+            if actions.attempt > 0:
+                self.recorder.event(pod, "Normal", "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
+        spec = pod.get("spec") or {}
+        if spec.get("hostNetwork"):
+            pod_ips = list(self.host_ips)
+        inits = {c.get("name"): c for c in spec.get("initContainers") or []}
+        for name in actions.init_containers_to_start:
+            ok = await self._start_container(pod, inits[name], sandbox_id, sb_config, pod_ips, status, "init")
+            if not ok:
+                result.error = f"init container {name} failed to start"
+                return result
+            result.started.append(name)
+        apps = {c.get("name"): c for c in spec.get("containers") or []}
+        for name in actions.containers_to_start:
+            if await self._start_container(pod, apps[name], sandbox_id, sb_config, pod_ips, status, "container"):
+                result.started.append(name)
+            else:
+                result.error = result.error or f"container {name} failed to start"
+        return result
+
+    async def _start_container(
+        self, pod: Pod, container: dict[str, Any], sandbox_id: str, sb_config: pb.PodSandboxConfig,
+        pod_ips: list[str], status: t.RuntimePodStatus, kind: str,
+    ) -> bool:
+        name = container.get("name", "")
+        img = await self.images.ensure_image_exists(pod, container, sb_config)
+        if not img.ok:
+            self._set_reason(pod, name, img.error, img.message)
+            self.recorder.event(pod, "Warning", "Failed", f"Error: {img.error}")
+            metrics.STARTED_CONTAINERS_ERRORS.labels(kind, img.error).inc()
+            return False
+        prev = status.find_container(name)
+        restart_count = prev.restart_count + 1 if prev is not None else 0
+        if prev is not None and prev.state == t.STATE_EXITED and prev.finished_at:
+            self.backoff.next(backoff_key(pod, container), prev.finished_at)
+        try:
+            config = await podconfig.container_config(
+                pod, container, image_ref=img.image_ref, restart_count=restart_count, pod_ips=pod_ips,
+                host_ips=self.host_ips, node_name=self.node_name, memory_capacity=self.memory_capacity,
+                node_allocatable=self.node_allocatable, lookup=self.lookup,
+            )
+        except podconfig.ConfigError as e:
+            self._set_reason(pod, name, "CreateContainerConfigError", str(e))
+            self.recorder.event(pod, "Warning", "Failed", f"Error: {e}")
+            metrics.STARTED_CONTAINERS_ERRORS.labels(kind, "CreateContainerConfigError").inc()
+            return False
+        try:
+            os.makedirs(os.path.join(sb_config.log_directory, name), exist_ok=True)
+        except OSError:
+            pass
+        try:
+            if self.extra_mounts is not None:
+                config.mounts.extend(self.extra_mounts(pod, container))
+            tm = self._termination_message_file(pod, name)
+            if tm:
+                config.mounts.append(pb.Mount(
+                    container_path=container.get("terminationMessagePath") or "/dev/termination-log",
+                    host_path=tm))
+        except Exception as e:
+            self._set_reason(pod, name, "CreateContainerConfigError", str(e))
+            self.recorder.event(pod, "Warning", "Failed", f"Error: {e}")
+            return False
+        try:
+            cid = await self.runtime.create_container(sandbox_id, config, sb_config)
+        except Exception as e:
+            msg = getattr(e, "details", None) or str(e)
+            self._set_reason(pod, name, "CreateContainerError", msg)
+            self.recorder.event(pod, "Warning", "Failed", f"Error: {msg}")
+            metrics.STARTED_CONTAINERS_ERRORS.labels(kind, "CreateContainerError").inc()
+            return False
+        self.recorder.event(pod, "Normal", "Created", f"Created container: {name}")
+        try:
+            await self.runtime.start_container(cid)
+        except Exception as e:
+            msg = getattr(e, "details", None) or str(e)
+            self._set_reason(pod, name, "RunContainerError", msg)
+            self.recorder.event(pod, "Warning", "Failed", f"Error: {msg}")
+            metrics.STARTED_CONTAINERS_ERRORS.labels(kind, "RunContainerError").inc()
+            return False
+        self.recorder.event(pod, "Normal", "Started", f"Started container {name}")
+        metrics.STARTED_CONTAINERS.labels(kind).inc()
+        self._clear_reason(pod, name)
+        return True
+
+    def _termination_message_file(self, pod: Pod, name: str) -> str:
+        """Host file bind-mounted at terminationMessagePath (upstream: pods/<uid>/containers/<name>/<id>)."""
+        if not self.pods_dir:
+            return ""
+        d = os.path.join(self.pods_dir, pod["metadata"]["uid"], "containers", name)
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, uuid.uuid4().hex[:8])
+        with open(path, "w"):
+            pass
+        os.chmod(path, 0o666)
+        return path
+
+    # ------------------------------------------------------------------ killing / cleanup
+    async def _kill_container(self, pod: Pod | None, cid: str, name: str, grace: int, message: str = "") -> None:
+        grace = max(MIN_GRACE, grace) if grace > 0 else 0
+        if pod is not None:
+            self.recorder.event(pod, "Normal", "Killing", message or f"Stopping container {name}")
+        try:
+            await self.runtime.stop_container(cid, grace)
+        except CRIError as e:
+            if not e.not_found:
+                log.warning("stop container %s (%s): %s", name, cid, e)
+                raise
+
+    async def kill_pod(
+        self, pod: Pod | None, status: t.RuntimePodStatus, grace: int | None = None, reason: str = ""
+    ) -> None:
+        """Stop every running container (in parallel, with grace) then every sandbox."""
+        running = [c for c in status.containers if c.state in (t.STATE_RUNNING, t.STATE_CREATED, t.STATE_UNKNOWN)]
+        if grace is None:
+            grace = podconfig.termination_grace(pod) if pod is not None else 30
+        results = await asyncio.gather(
+            *(self._kill_container(pod if c.state == t.STATE_RUNNING else None, c.id, c.name, grace)
+              for c in running),
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for sb in status.sandboxes:
+            if not sb.ready:
+                continue
+            try:
+                await self.runtime.stop_pod_sandbox(sb.id)
+            except CRIError as e:
+                if not e.not_found:
+                    errors.append(e)
+        if errors:
+            raise errors[0]
+
+    async def gc_pod(self, status: t.RuntimePodStatus) -> None:
+        """Remove dead containers beyond the newest dead one per name, and old dead sandboxes."""
+        by_name: dict[str, list[t.ContainerRuntimeStatus]] = {}
+        for c in status.containers:
+            by_name.setdefault(c.name, []).append(c)
+        for group in by_name.values():
+            dead = [c for c in group if c.state == t.STATE_EXITED]
+            keep = dead[:1]
+            for c in dead:
+                if c in keep:
+                    continue
+                try:
+                    await self.runtime.remove_container(c.id)
+                except CRIError as e:
+                    if not e.not_found:
+                        log.warning("remove container %s: %s", c.id, e)
+        live_sandbox_ids = {c.sandbox_id for c in status.containers}
+        for sb in status.sandboxes[1:]:
+            if sb.ready or sb.id in live_sandbox_ids:
+                continue
+            try:
+                await self.runtime.remove_pod_sandbox(sb.id)
+            except CRIError as e:
+                if not e.not_found:
+                    log.warning("remove sandbox %s: %s", sb.id, e)
+
+    async def remove_pod(self, status: t.RuntimePodStatus) -> None:
+        """Remove all containers and sandboxes of a pod that is gone (after it was killed)."""
+        for c in status.containers:
+            try:
+                await self.runtime.remove_container(c.id)
+            except CRIError as e:
+                if not e.not_found:
+                    log.warning("remove container %s: %s", c.id, e)
+        for sb in status.sandboxes:
+            try:
+                await self.runtime.stop_pod_sandbox(sb.id)
+                await self.runtime.remove_pod_sandbox(sb.id)
+            except CRIError as e:
+                if not e.not_found:
+                    log.warning("remove sandbox %s: %s", sb.id, e)
+        self.forget(status.uid)

@@ -1,0 +1,429 @@
+"""Pod spec → CRI configs (upstream kuberuntime_sandbox.go, kuberuntime_container.go, kubelet_pods.go env).
+
+Pure builders apart from the optional ConfigMap/Secret lookups for env, which are passed in as an
+async ``lookup(kind, namespace, name) -> dict | None``:
+
+- ``sandbox_config``: metadata (name/namespace/uid/attempt), hostname, log directory
+  ``<podLogsDir>/<ns>_<name>_<uid>``, DNS (ClusterFirst with cluster DNS, else the host resolv.conf,
+  None → only dnsConfig), host port mappings, CONTRACTS.md labels, pod annotations, cgroup parent,
+  namespace options (hostNetwork/hostPID/hostIPC) and sysctls.
+- ``container_config``: image, command/args with ``$(VAR)`` expansion (``$$`` escapes), env (envFrom,
+  value, fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef), working dir, log path
+  ``<name>/<restartCount>.log``, labels/annotations (hash, restartCount, termination message, grace),
+  Linux resources (cpu shares from requests, CFS quota from limits, memory limit, oom_score_adj by
+  QoS as upstream GetContainerOOMScoreAdjust) and the security context basics.
+Errors in the spec raise ``ConfigError`` (surfaced as CreateContainerConfigError), never crash.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import os
+import re
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+from typing import Any
+
+from pykubelet.agent.kuberuntime import types as t
+from pykubelet.common import podutil
+from pykubelet.common.quantity import QuantityError, parse_quantity
+from pykubelet.cri import pb
+
+Pod = dict[str, Any]
+Lookup = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
+
+CPU_PERIOD = 100000
+MIN_SHARES = 2
+GUARANTEED_OOM_SCORE_ADJ = -997
+BEST_EFFORT_OOM_SCORE_ADJ = 1000
+
+
+class ConfigError(Exception):
+    """The pod spec cannot be turned into a runtime config (CreateContainerConfigError)."""
+
+
+def _md(pod: Pod) -> dict[str, Any]:
+    return pod.get("metadata") or {}
+
+
+def pod_log_dir(pod_logs_dir: str, pod: Pod) -> str:
+    md = _md(pod)
+    return os.path.join(pod_logs_dir, f"{md.get('namespace', '')}_{md.get('name', '')}_{md.get('uid', '')}")
+
+
+def termination_grace(pod: Pod) -> int:
+    md, spec = _md(pod), pod.get("spec") or {}
+    if md.get("deletionGracePeriodSeconds") is not None:
+        return int(md["deletionGracePeriodSeconds"])
+    g = spec.get("terminationGracePeriodSeconds")
+    return 30 if g is None else int(g)
+
+
+# --- DNS --------------------------------------------------------------------------------------
+def parse_resolv_conf(text: str) -> tuple[list[str], list[str], list[str]]:
+    servers: list[str] = []
+    searches: list[str] = []
+    options: list[str] = []
+    for line in text.splitlines():
+        parts = line.split("#", 1)[0].split()
+        if not parts:
+            continue
+        if parts[0] == "nameserver" and len(parts) > 1:
+            servers.append(parts[1])
+        elif parts[0] in ("search", "domain"):
+            searches = parts[1:]
+        elif parts[0] == "options":
+            options.extend(parts[1:])
+    return servers, searches, options
+
+
+def dns_config(pod: Pod, *, cluster_dns: list[str], cluster_domain: str, resolv_conf: str) -> pb.DNSConfig:
+    spec = pod.get("spec") or {}
+    policy = spec.get("dnsPolicy") or "ClusterFirst"
+    host_network = bool(spec.get("hostNetwork"))
+    servers: list[str] = []
+    searches: list[str] = []
+    options: list[str] = []
+    if policy == "ClusterFirst" and host_network:
+        policy = "Default"
+    if policy in ("ClusterFirst", "ClusterFirstWithHostNet") and cluster_dns:
+        ns = _md(pod).get("namespace", "default")
+        servers = list(cluster_dns)
+        searches = [f"{ns}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain]
+        options = ["ndots:5"]
+    elif policy != "None":
+        try:
+            with open(resolv_conf) as f:
+                servers, searches, options = parse_resolv_conf(f.read())
+        except OSError:
+            pass
+    extra = spec.get("dnsConfig") or {}
+    servers += [s for s in extra.get("nameservers") or [] if s not in servers]
+    searches += [s for s in extra.get("searches") or [] if s not in searches]
+    for o in extra.get("options") or []:
+        name = o.get("name", "")
+        options = [x for x in options if x.split(":")[0] != name]
+        options.append(f"{name}:{o['value']}" if o.get("value") is not None else name)
+    return pb.DNSConfig(servers=servers[:3], searches=searches[:32], options=options)
+
+
+# --- sandbox ----------------------------------------------------------------------------------
+def _ns_options(spec: dict[str, Any]) -> pb.NamespaceOption:
+    return pb.NamespaceOption(
+        network=pb.NODE if spec.get("hostNetwork") else pb.POD,
+        pid=pb.NODE if spec.get("hostPID") else (pb.POD if spec.get("shareProcessNamespace") else pb.CONTAINER),
+        ipc=pb.NODE if spec.get("hostIPC") else pb.POD,
+    )
+
+
+def sandbox_config(
+    pod: Pod,
+    attempt: int,
+    *,
+    pod_logs_dir: str,
+    cgroup_parent: str = "",
+    cluster_dns: list[str] | None = None,
+    cluster_domain: str = "cluster.local",
+    resolv_conf: str = "/etc/resolv.conf",
+    node_hostname: str = "",
+) -> pb.PodSandboxConfig:
+    md, spec = _md(pod), pod.get("spec") or {}
+    labels = {str(k): str(v) for k, v in (md.get("labels") or {}).items()}
+    labels.update({
+        t.POD_NAME_LABEL: md.get("name", ""),
+        t.POD_NAMESPACE_LABEL: md.get("namespace", ""),
+        t.POD_UID_LABEL: md.get("uid", ""),
+    })
+    annotations = {str(k): str(v) for k, v in (md.get("annotations") or {}).items()}
+    hostname = spec.get("hostname") or md.get("name", "")
+    if spec.get("hostNetwork"):
+        hostname = node_hostname or os.uname().nodename
+    hostname = hostname[:63]
+    ports = []
+    for c in spec.get("containers") or []:
+        for p in c.get("ports") or []:
+            if not p.get("hostPort"):
+                continue
+            proto = {"TCP": pb.TCP, "UDP": pb.UDP, "SCTP": pb.SCTP}.get(p.get("protocol") or "TCP", pb.TCP)
+            ports.append(pb.PortMapping(protocol=proto, container_port=int(p.get("containerPort", 0)),
+                                        host_port=int(p["hostPort"]), host_ip=p.get("hostIP", "")))
+    psc = spec.get("securityContext") or {}
+    sc = pb.LinuxSandboxSecurityContext(namespace_options=_ns_options(spec))
+    if psc.get("runAsUser") is not None:
+        sc.run_as_user.value = int(psc["runAsUser"])
+    if psc.get("runAsGroup") is not None:
+        sc.run_as_group.value = int(psc["runAsGroup"])
+    sc.supplemental_groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
+    if psc.get("fsGroup") is not None:
+        sc.supplemental_groups.append(int(psc["fsGroup"]))
+    linux = pb.LinuxPodSandboxConfig(cgroup_parent=cgroup_parent, security_context=sc)
+    for s in psc.get("sysctls") or []:
+        linux.sysctls[str(s.get("name"))] = str(s.get("value", ""))
+    return pb.PodSandboxConfig(
+        metadata=pb.PodSandboxMetadata(name=md.get("name", ""), uid=md.get("uid", ""),
+                                       namespace=md.get("namespace", ""), attempt=attempt),
+        hostname=hostname,
+        log_directory=pod_log_dir(pod_logs_dir, pod),
+        dns_config=dns_config(pod, cluster_dns=cluster_dns or [], cluster_domain=cluster_domain,
+                              resolv_conf=resolv_conf),
+        port_mappings=ports,
+        labels=labels,
+        annotations=annotations,
+        linux=linux,
+    )
+
+
+# --- env --------------------------------------------------------------------------------------
+_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.\-]*)\)")
+
+
+def expand(s: str, env: dict[str, str]) -> str:
+    """Upstream expansion.Expand: $(VAR) from env when defined, $$ → $, otherwise left as is."""
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group(1)
+        return env[name] if name in env else m.group(0)
+    return _VAR.sub(sub, s)
+
+
+def _quantity(v: Any) -> Decimal:
+    try:
+        return parse_quantity(v).value
+    except (QuantityError, TypeError, ValueError) as e:
+        raise ConfigError(f"invalid quantity {v!r}: {e}") from e
+
+
+def resource_field_value(
+    ref: dict[str, Any], container: dict[str, Any], node_allocatable: dict[str, Decimal]
+) -> str:
+    res = ref.get("resource", "")
+    divisor = _quantity(ref.get("divisor") or "1")
+    if divisor <= 0:
+        divisor = Decimal(1)
+    kind, _, name = res.partition(".")
+    source = podutil.container_limits(container) if kind == "limits" else podutil.container_requests(container)
+    if kind not in ("limits", "requests") or name not in ("cpu", "memory", "ephemeral-storage"):
+        raise ConfigError(f"unsupported resourceFieldRef {res!r}")
+    value = source.get(name)
+    if value is None:
+        value = node_allocatable.get(name, Decimal(0)) if kind == "limits" else Decimal(0)
+    return str(math.ceil(value / divisor))
+
+
+def field_value(path: str, pod: Pod, *, pod_ips: list[str], host_ips: list[str], node_name: str) -> str:
+    md, spec = _md(pod), pod.get("spec") or {}
+    m = re.fullmatch(r"metadata\.(labels|annotations)\['(.*)'\]", path)
+    if m:
+        return str((md.get(m.group(1)) or {}).get(m.group(2), ""))
+    simple = {
+        "metadata.name": md.get("name", ""),
+        "metadata.namespace": md.get("namespace", ""),
+        "metadata.uid": md.get("uid", ""),
+        "spec.nodeName": spec.get("nodeName") or node_name,
+        "spec.serviceAccountName": spec.get("serviceAccountName", ""),
+        "status.podIP": pod_ips[0] if pod_ips else "",
+        "status.podIPs": ",".join(pod_ips),
+        "status.hostIP": host_ips[0] if host_ips else "",
+        "status.hostIPs": ",".join(host_ips),
+    }
+    if path not in simple:
+        raise ConfigError(f"unsupported fieldRef fieldPath {path!r}")
+    return str(simple[path])
+
+
+async def _get_key(lookup: Lookup | None, kind: str, ns: str, ref: dict[str, Any]) -> str | None:
+    name, key, optional = ref.get("name", ""), ref.get("key", ""), bool(ref.get("optional"))
+    obj = await lookup(kind, ns, name) if lookup else None
+    if obj is None:
+        if optional:
+            return None
+        raise ConfigError(f'{kind.lower()} "{name}" not found')
+    if kind == "Secret":
+        data = obj.get("data") or {}
+        if key in data:
+            return base64.b64decode(data[key]).decode(errors="replace")
+        if key in (obj.get("stringData") or {}):
+            return str(obj["stringData"][key])
+    else:
+        if key in (obj.get("data") or {}):
+            return str(obj["data"][key])
+        if key in (obj.get("binaryData") or {}):
+            return base64.b64decode(obj["binaryData"][key]).decode(errors="replace")
+    if optional:
+        return None
+    raise ConfigError(f'couldn\'t find key {key} in {kind} {ns}/{name}')
+
+
+async def make_env(
+    pod: Pod,
+    container: dict[str, Any],
+    *,
+    pod_ips: list[str],
+    host_ips: list[str],
+    node_name: str,
+    node_allocatable: dict[str, Decimal],
+    lookup: Lookup | None = None,
+) -> list[tuple[str, str]]:
+    ns = _md(pod).get("namespace", "default")
+    env: dict[str, str] = {}
+    for src in container.get("envFrom") or []:
+        prefix = src.get("prefix", "")
+        for kind, field in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
+            ref = src.get(field)
+            if not ref:
+                continue
+            obj = await lookup(kind, ns, ref.get("name", "")) if lookup else None
+            if obj is None:
+                if ref.get("optional"):
+                    continue
+                raise ConfigError(f'{kind.lower()} "{ref.get("name", "")}" not found')
+            for k, v in (obj.get("data") or {}).items():
+                env[prefix + k] = base64.b64decode(v).decode(errors="replace") if kind == "Secret" else str(v)
+    for e in container.get("env") or []:
+        name = e.get("name")
+        if not name:
+            raise ConfigError("env var without a name")
+        if "valueFrom" not in e or e.get("value") is not None:
+            env[name] = expand(str(e.get("value") or ""), env)
+            continue
+        vf = e.get("valueFrom") or {}
+        val: str | None
+        if "fieldRef" in vf:
+            val = field_value((vf["fieldRef"] or {}).get("fieldPath", ""), pod, pod_ips=pod_ips,
+                              host_ips=host_ips, node_name=node_name)
+        elif "resourceFieldRef" in vf:
+            ref = vf["resourceFieldRef"] or {}
+            target = container
+            if ref.get("containerName"):
+                target = podutil.find_container(pod, ref["containerName"]) or container
+            val = resource_field_value(ref, target, node_allocatable)
+        elif "configMapKeyRef" in vf:
+            val = await _get_key(lookup, "ConfigMap", ns, vf["configMapKeyRef"] or {})
+        elif "secretKeyRef" in vf:
+            val = await _get_key(lookup, "Secret", ns, vf["secretKeyRef"] or {})
+        else:
+            raise ConfigError(f"env var {name}: unsupported valueFrom")
+        if val is not None:
+            env[name] = val
+    return list(env.items())
+
+
+# --- resources / security ---------------------------------------------------------------------
+def milli_cpu_to_shares(millis: int) -> int:
+    return MIN_SHARES if millis == 0 else max(MIN_SHARES, millis * 1024 // 1000)
+
+
+def milli_cpu_to_quota(millis: int, period: int = CPU_PERIOD) -> int:
+    return 0 if millis == 0 else max(1000, millis * period // 1000)
+
+
+def oom_score_adj(pod: Pod, container: dict[str, Any], memory_capacity: int) -> int:
+    """Upstream qos.GetContainerOOMScoreAdjust."""
+    qos = podutil.qos_class(pod)
+    if qos == "Guaranteed":
+        return GUARANTEED_OOM_SCORE_ADJ
+    if qos == "BestEffort":
+        return BEST_EFFORT_OOM_SCORE_ADJ
+    req = int(podutil.container_requests(container).get("memory", 0) or 0)
+    if memory_capacity <= 0:
+        return 999
+    adj = 1000 - (1000 * req) // memory_capacity
+    if adj < 1000 + GUARANTEED_OOM_SCORE_ADJ:
+        return 1000 + GUARANTEED_OOM_SCORE_ADJ
+    if adj == BEST_EFFORT_OOM_SCORE_ADJ:
+        return adj - 1
+    return int(adj)
+
+
+def linux_resources(pod: Pod, container: dict[str, Any], memory_capacity: int) -> pb.LinuxContainerResources:
+    req = podutil.container_requests(container)
+    lim = podutil.container_limits(container)
+    cpu_req = req.get("cpu", lim.get("cpu"))
+    r = pb.LinuxContainerResources(
+        cpu_shares=milli_cpu_to_shares(podutil.to_millis(cpu_req) if cpu_req is not None else 0),
+        oom_score_adj=oom_score_adj(pod, container, memory_capacity),
+    )
+    if lim.get("cpu"):
+        r.cpu_period = CPU_PERIOD
+        r.cpu_quota = milli_cpu_to_quota(podutil.to_millis(lim["cpu"]))
+    if lim.get("memory"):
+        r.memory_limit_in_bytes = int(lim["memory"])
+    return r
+
+
+def _security(pod: Pod, container: dict[str, Any]) -> pb.LinuxContainerSecurityContext:
+    spec = pod.get("spec") or {}
+    psc = spec.get("securityContext") or {}
+    csc = container.get("securityContext") or {}
+    sc = pb.LinuxContainerSecurityContext(
+        namespace_options=_ns_options(spec),
+        privileged=bool(csc.get("privileged")),
+        readonly_rootfs=bool(csc.get("readOnlyRootFilesystem")),
+        no_new_privs=csc.get("allowPrivilegeEscalation") is False,
+    )
+    uid = csc.get("runAsUser", psc.get("runAsUser"))
+    if uid is not None:
+        sc.run_as_user.value = int(uid)
+    gid = csc.get("runAsGroup", psc.get("runAsGroup"))
+    if gid is not None:
+        sc.run_as_group.value = int(gid)
+    sc.supplemental_groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
+    caps = csc.get("capabilities") or {}
+    if caps:
+        sc.capabilities.add_capabilities.extend(str(c) for c in caps.get("add") or [])
+        sc.capabilities.drop_capabilities.extend(str(c) for c in caps.get("drop") or [])
+    return sc
+
+
+async def container_config(
+    pod: Pod,
+    container: dict[str, Any],
+    *,
+    image_ref: str,
+    restart_count: int,
+    pod_ips: list[str],
+    host_ips: list[str],
+    node_name: str,
+    memory_capacity: int,
+    node_allocatable: dict[str, Decimal],
+    lookup: Lookup | None = None,
+) -> pb.ContainerConfig:
+    md = _md(pod)
+    name = container.get("name", "")
+    env = await make_env(pod, container, pod_ips=pod_ips, host_ips=host_ips, node_name=node_name,
+                         node_allocatable=node_allocatable, lookup=lookup)
+    env_map = dict(env)
+    labels = {
+        t.POD_NAME_LABEL: md.get("name", ""),
+        t.POD_NAMESPACE_LABEL: md.get("namespace", ""),
+        t.POD_UID_LABEL: md.get("uid", ""),
+        t.CONTAINER_NAME_LABEL: name,
+    }
+    annotations = {
+        t.CONTAINER_HASH_ANNOTATION: t.hash_container(container),
+        t.CONTAINER_RESTART_COUNT_ANNOTATION: str(restart_count),
+        t.TERMINATION_MESSAGE_PATH_ANNOTATION: container.get("terminationMessagePath") or "/dev/termination-log",
+        t.TERMINATION_MESSAGE_POLICY_ANNOTATION: container.get("terminationMessagePolicy") or "File",
+        t.POD_TERMINATION_GRACE_ANNOTATION: str(termination_grace(pod)),
+    }
+    return pb.ContainerConfig(
+        metadata=pb.ContainerMetadata(name=name, attempt=restart_count),
+        image=pb.ImageSpec(image=image_ref or container.get("image", ""),
+                           user_specified_image=container.get("image", "")),
+        command=[expand(str(x), env_map) for x in container.get("command") or []],
+        args=[expand(str(x), env_map) for x in container.get("args") or []],
+        working_dir=container.get("workingDir", ""),
+        envs=[pb.KeyValue(key=k, value=v) for k, v in env],
+        labels=labels,
+        annotations=annotations,
+        log_path=f"{name}/{restart_count}.log",
+        stdin=bool(container.get("stdin")),
+        stdin_once=bool(container.get("stdinOnce")),
+        tty=bool(container.get("tty")),
+        linux=pb.LinuxContainerConfig(
+            resources=linux_resources(pod, container, memory_capacity),
+            security_context=_security(pod, container),
+        ),
+    )

@@ -1,0 +1,212 @@
+"""Status manager: writes the kubelet's view of pod status to the API (upstream status/status_manager.go).
+
+- ``set_pod_status(pod, status)`` caches the generated status; the version counter of the pod goes
+  up only when the status actually changed, so identical statuses cause no API traffic.
+- a background loop syncs pods whose cached version is newer than the last written one (woken at
+  once), and every ``reconcile_period`` re-checks all pods (``needs_reconcile``) like upstream's
+  periodic batch sync; ``reconcile(pod)`` (RECONCILE updates) flags a pod whose API status differs.
+- writing: GET the pod, skip it if the uid changed (recreated pod) — for static pods the mirror pod
+  is addressed by name and must carry our config hash —, merge in conditions owned by others, never
+  move a terminal phase back, then PATCH ``pods/<name>/status`` (merge patch carrying
+  ``metadata.uid`` as precondition). Only the newest version is ever written (one writer, versions
+  monotonic per pod), so an older view can never overwrite a newer one.
+- ``terminated(uid)``: once the pod finished terminating, a pod with a deletionTimestamp is deleted
+  for good: DELETE with gracePeriodSeconds=0 and a uid precondition (upstream canBeDeleted).
+Works with ``api=None`` (statuses only cached).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from pykubelet.agent.status.generate import KUBELET_CONDITIONS
+
+log = logging.getLogger(__name__)
+
+Pod = dict[str, Any]
+CONFIG_HASH = "kubernetes.io/config.hash"
+CONFIG_MIRROR = "kubernetes.io/config.mirror"
+CONFIG_SOURCE = "kubernetes.io/config.source"
+
+
+def _normalize(status: dict[str, Any]) -> dict[str, Any]:
+    s = copy.deepcopy(status)
+    for c in s.get("conditions") or []:
+        c.pop("lastProbeTime", None)
+        c.pop("lastTransitionTime", None)
+    if s.get("conditions"):
+        s["conditions"].sort(key=lambda c: c.get("type", ""))
+    return s
+
+
+def status_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Equality ignoring condition timestamps and ordering (upstream isPodStatusByKubeletEqual)."""
+    return _normalize(a) == _normalize(b)
+
+
+@dataclass
+class _Entry:
+    namespace: str
+    name: str
+    uid: str
+    static: bool
+    config_hash: str
+    status: dict[str, Any]
+    version: int = 1
+    synced: int = 0
+    terminated: bool = False
+    deleted: bool = False
+    deletion_requested: bool = False
+
+
+class StatusManager:
+    def __init__(self, api: Any | None, *, reconcile_period: float = 10.0) -> None:
+        self.api = api
+        self.reconcile_period = reconcile_period
+        self._entries: dict[str, _Entry] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.patches = 0  # number of PATCH calls made (observability / tests)
+
+    # -- cache -----------------------------------------------------------------------------
+    def get_pod_status(self, uid: str) -> dict[str, Any] | None:
+        e = self._entries.get(uid)
+        return copy.deepcopy(e.status) if e else None
+
+    def version(self, uid: str) -> int:
+        e = self._entries.get(uid)
+        return e.version if e else 0
+
+    def set_pod_status(self, pod: Pod, status: dict[str, Any]) -> bool:
+        """Cache ``status``; return True when it changed."""
+        md = pod.get("metadata") or {}
+        uid = md.get("uid", "")
+        ann = md.get("annotations") or {}
+        e = self._entries.get(uid)
+        if e is not None:
+            old_phase = e.status.get("phase")
+            if old_phase in ("Succeeded", "Failed") and status.get("phase") != old_phase:
+                log.warning("refusing phase transition %s -> %s for pod %s", old_phase, status.get("phase"), uid)
+                status = {**status, "phase": old_phase}
+            if status_equal(e.status, status):
+                return False
+            e.status = copy.deepcopy(status)
+            e.version += 1
+        else:
+            self._entries[uid] = _Entry(
+                namespace=md.get("namespace", "default"), name=md.get("name", ""), uid=uid,
+                static=ann.get(CONFIG_SOURCE, "api") != "api", config_hash=ann.get(CONFIG_HASH, ""),
+                status=copy.deepcopy(status),
+            )
+        self._wake.set()
+        return True
+
+    def reconcile(self, pod: Pod) -> None:
+        """RECONCILE: the API status changed; rewrite ours if it differs."""
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        e = self._entries.get(uid)
+        if e is not None and not status_equal(e.status, pod.get("status") or {}):
+            e.synced = 0
+            self._wake.set()
+
+    def terminated(self, uid: str) -> None:
+        e = self._entries.get(uid)
+        if e is not None:
+            e.terminated = True
+            e.synced = 0
+            self._wake.set()
+
+    def forget(self, uid: str) -> None:
+        self._entries.pop(uid, None)
+
+    # -- background sync -------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="status-manager")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(self.reconcile_period):
+                    await self._wake.wait()
+            except TimeoutError:
+                for e in self._entries.values():
+                    e.synced = 0  # periodic reconcile: re-read and compare every pod
+            self._wake.clear()
+            await self.sync_all()
+
+    async def sync_all(self) -> None:
+        for uid in list(self._entries):
+            e = self._entries.get(uid)
+            if e is None or e.synced >= e.version:
+                continue
+            try:
+                await self._sync(e)
+            except asyncio.CancelledError:
+                raise
+            except Exception as ex:
+                log.warning("status update for pod %s/%s failed: %s", e.namespace, e.name, ex)
+
+    async def _sync(self, e: _Entry) -> None:
+        version = e.version
+        if self.api is None:
+            e.synced = version
+            return
+        path = f"/api/v1/namespaces/{e.namespace}/pods/{e.name}"
+        try:
+            pod = await self.api.get(path)
+        except Exception as ex:
+            if getattr(ex, "status", None) == 404:
+                if not e.static:
+                    log.info("pod %s/%s is gone from the API; dropping its status", e.namespace, e.name)
+                    self._entries.pop(e.uid, None)
+                return
+            raise
+        md = pod.get("metadata") or {}
+        if e.static:
+            if (md.get("annotations") or {}).get(CONFIG_MIRROR) != e.config_hash:
+                return  # not (yet) our mirror pod
+        elif md.get("uid") != e.uid:
+            log.info("pod %s/%s was recreated (uid %s != %s); dropping status", e.namespace, e.name,
+                     md.get("uid"), e.uid)
+            self._entries.pop(e.uid, None)
+            return
+        api_status = pod.get("status") or {}
+        merged = copy.deepcopy(e.status)
+        ours = {c.get("type") for c in merged.get("conditions") or []}
+        for c in api_status.get("conditions") or []:
+            if c.get("type") not in ours and c.get("type") not in KUBELET_CONDITIONS:
+                merged.setdefault("conditions", []).append(c)
+        if api_status.get("phase") in ("Succeeded", "Failed") and merged.get("phase") != api_status.get("phase"):
+            merged["phase"] = api_status["phase"]
+        for k in ("nominatedNodeName", "resize", "reason", "message"):
+            if k in api_status and k not in merged:
+                merged[k] = api_status[k]
+        if not status_equal(api_status, merged):
+            await self.api.patch(f"{path}/status", {"metadata": {"uid": md.get("uid")}, "status": merged},
+                                 patch_type="merge")
+            self.patches += 1
+        e.synced = max(e.synced, version)
+        if e.terminated and md.get("deletionTimestamp") and not e.static and not e.deletion_requested:
+            try:
+                await self.api.delete(path, body={"apiVersion": "v1", "kind": "DeleteOptions",
+                                                  "gracePeriodSeconds": 0,
+                                                  "preconditions": {"uid": e.uid}})
+            except Exception as ex:
+                if getattr(ex, "status", None) not in (404, 409):
+                    raise
+            e.deletion_requested = True
+            log.info("pod %s/%s deleted from the API after termination", e.namespace, e.name)

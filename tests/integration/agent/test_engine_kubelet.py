@@ -1,0 +1,319 @@
+"""Kubelet engine against the fake CRI runtime over gRPC, with an in-memory API stub.
+
+Behaviour only: pods reach Running, restart policies decide Succeeded/Failed, crash loops back off,
+deletion terminates and confirms with grace 0, a restarted agent restarts nothing, orphans go away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pykubelet.agent.config import AgentOptions, KubeletConfiguration
+from pykubelet.agent.events import EventRecorder
+from pykubelet.agent.kubelet import Kubelet
+from pykubelet.agent.types import PodOp, PodUpdate
+from pykubelet.cri import CRIClient, pb
+from pykubelet.fakecri.server import serve
+
+
+class FakeApiError(Exception):
+    def __init__(self, status: int, message: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class FakeApi:
+    """Just enough of ApiClient for the engine: pods (+status), events, secrets, configmaps."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.deletes: list[tuple[str, Any]] = []
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+
+    def put(self, path: str, obj: dict[str, Any]) -> None:
+        self.objects[path] = copy.deepcopy(obj)
+
+    async def get(self, path: str, params: Any = None) -> dict[str, Any]:
+        if path not in self.objects:
+            raise FakeApiError(404, "not found")
+        return copy.deepcopy(self.objects[path])
+
+    async def create(self, path: str, body: dict[str, Any], params: Any = None) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        self.objects[f"{path}/{name}"] = copy.deepcopy(body)
+        return body
+
+    async def patch(self, path: str, body: dict[str, Any], patch_type: str = "merge", params: Any = None) -> dict[str, Any]:
+        self.patches.append((path, copy.deepcopy(body)))
+        base = path.removesuffix("/status")
+        if base not in self.objects:
+            raise FakeApiError(404)
+        obj = self.objects[base]
+        if "status" in body:
+            obj["status"] = copy.deepcopy(body["status"])
+        for k, v in body.items():
+            if k not in ("status", "metadata"):
+                obj[k] = v
+        return copy.deepcopy(obj)
+
+    async def delete(self, path: str, body: Any = None, params: Any = None) -> dict[str, Any]:
+        self.deletes.append((path, body))
+        self.objects.pop(path, None)
+        return {}
+
+
+def make_pod(name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4()),
+                     "annotations": {"kubernetes.io/config.source": "api"}},
+        "spec": {"nodeName": "node1", "containers": containers, "terminationGracePeriodSeconds": 1, **spec},
+        "status": {"phase": "Pending"},
+    }
+
+
+def busybox(name: str, *cmd: str) -> dict[str, Any]:
+    return {"name": name, "image": "busybox:latest", "imagePullPolicy": "IfNotPresent",
+            "command": list(cmd) if cmd else ["sleep", "infinity"]}
+
+
+def pod_path(pod: dict[str, Any]) -> str:
+    return f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}"
+
+
+class Harness:
+    def __init__(self, tmp: Path, runtime: CRIClient, api: FakeApi) -> None:
+        self.tmp, self.runtime, self.api = tmp, runtime, api
+        self.updates: asyncio.Queue[PodUpdate] = asyncio.Queue()
+        self.kubelet: Kubelet | None = None
+
+    def options(self) -> AgentOptions:
+        cfg = KubeletConfiguration()
+        cfg.cgroups_per_qos = False
+        cfg.pod_logs_dir = str(self.tmp / "logs")
+        cfg.sync_frequency = 5.0
+        return AgentOptions(config=cfg, node_name="node1", node_ip="127.0.0.1", root_dir=self.tmp / "root")
+
+    async def start(self) -> Kubelet:
+        self.updates = asyncio.Queue()
+        k = Kubelet(options=self.options(), api=self.api, runtime=self.runtime,
+                    recorder=EventRecorder(None, host="node1"), updates=self.updates,
+                    mirror=None, pleg_period=0.2, housekeeping_period=0.3, status_reconcile_period=1.0)
+        await k.start()
+        self.kubelet = k
+        return k
+
+    async def add(self, *pods: dict[str, Any]) -> None:
+        for p in pods:
+            self.api.put(pod_path(p), p)
+        await self.updates.put(PodUpdate(PodOp.ADD, "api", [copy.deepcopy(p) for p in pods]))
+        assert self.kubelet is not None
+        self.kubelet.mark_source_ready("api")
+
+    def api_status(self, pod: dict[str, Any]) -> dict[str, Any]:
+        return (self.api.objects.get(pod_path(pod)) or {}).get("status") or {}
+
+
+async def eventually(pred: Callable[[], Any], wait: float = 20.0) -> Any:
+    async with asyncio.timeout(wait):
+        while True:
+            v = pred()
+            if v:
+                return v
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    sock = str(tmp_path / "cri.sock")
+    server, _rt = await serve(sock)
+    client = CRIClient(f"unix://{sock}", timeout=10)
+    await client.connect(wait=5)
+    h = Harness(tmp_path, client, FakeApi())
+    try:
+        yield h
+    finally:
+        if h.kubelet is not None:
+            await h.kubelet.stop()
+        await client.close()
+        await server.stop(0)
+
+
+async def test_pod_reaches_running_and_reports_status(harness: Harness) -> None:
+    await harness.start()
+    pod = make_pod("web", [busybox("a"), busybox("b")])
+    await harness.add(pod)
+    st = await eventually(lambda: harness.api_status(pod).get("phase") == "Running" and harness.api_status(pod))
+    assert st["podIP"].startswith("198.1")
+    assert st["hostIP"] == "127.0.0.1"
+    assert st["qosClass"] == "BestEffort"
+    conds = {c["type"]: c["status"] for c in st["conditions"]}
+    assert conds["Ready"] == "True" and conds["ContainersReady"] == "True"
+    assert conds["PodReadyToStartContainers"] == "True" and conds["Initialized"] == "True"
+    names = {c["name"]: c for c in st["containerStatuses"]}
+    assert set(names) == {"a", "b"}
+    assert all("running" in c["state"] and c["ready"] and c["containerID"].startswith("containerd://")
+               for c in names.values())
+    # log directory follows the contract layout
+    uid = pod["metadata"]["uid"]
+    assert (harness.tmp / "logs" / f"default_web_{uid}").is_dir()
+
+
+@pytest.mark.parametrize(("cmd", "phase", "code"), [("exit 0", "Succeeded", 0), ("exit 1", "Failed", 1)])
+async def test_restart_never_terminal_phase(harness: Harness, cmd: str, phase: str, code: int) -> None:
+    await harness.start()
+    pod = make_pod("job", [busybox("main", "sh", "-c", cmd)], restartPolicy="Never")
+    await harness.add(pod)
+    st = await eventually(lambda: harness.api_status(pod).get("phase") == phase and harness.api_status(pod))
+    term = st["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == code
+    assert term["reason"] == ("Completed" if code == 0 else "Error")
+    assert st["containerStatuses"][0]["restartCount"] == 0
+    # the completed pod's sandbox is stopped, its container kept for logs
+    async with asyncio.timeout(20):
+        while any(s.state == pb.SANDBOX_READY for s in await harness.runtime.list_pod_sandbox()):  # noqa: ASYNC110 - polling the runtime/API under test
+            await asyncio.sleep(0.1)
+    assert len(await harness.runtime.list_containers()) == 1
+    # terminal: nothing restarts it
+    assert harness.api_status(pod)["phase"] == phase
+
+
+async def test_crash_loop_backs_off(harness: Harness) -> None:
+    await harness.start()
+    pod = make_pod("crash", [busybox("c", "sh", "-c", "exit 2")])
+    await harness.add(pod)
+
+    def waiting_crashloop() -> dict[str, Any] | None:
+        st = harness.api_status(pod)
+        cs = (st.get("containerStatuses") or [{}])[0]
+        w = (cs.get("state") or {}).get("waiting") or {}
+        return cs if w.get("reason") == "CrashLoopBackOff" else None
+
+    cs = await eventually(waiting_crashloop)
+    assert cs["restartCount"] >= 1
+    assert cs["lastState"]["terminated"]["exitCode"] == 2
+    assert "back-off 10s restarting failed container=c" in cs["state"]["waiting"]["message"]
+    assert harness.api_status(pod)["phase"] == "Running"
+    recorder = harness.kubelet.recorder  # type: ignore[union-attr]
+    assert "BackOff" in recorder.reasons_for("crash")
+
+
+async def test_delete_terminates_and_confirms(harness: Harness) -> None:
+    k = await harness.start()
+    pod = make_pod("victim", [busybox("a")])
+    await harness.add(pod)
+    await eventually(lambda: harness.api_status(pod).get("phase") == "Running")
+    deleted = copy.deepcopy(pod)
+    deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    deleted["metadata"]["deletionGracePeriodSeconds"] = 1
+    harness.api.objects[pod_path(pod)]["metadata"].update(
+        deletionTimestamp="2026-01-01T00:00:00Z", deletionGracePeriodSeconds=1)
+    await harness.updates.put(PodUpdate(PodOp.DELETE, "api", [deleted]))
+    await eventually(lambda: harness.api.deletes)
+    path, body = harness.api.deletes[0]
+    assert path == pod_path(pod)
+    assert body["gracePeriodSeconds"] == 0
+    assert body["preconditions"]["uid"] == pod["metadata"]["uid"]
+    containers = await harness.runtime.list_containers()
+    assert all(c.state != pb.CONTAINER_RUNNING for c in containers)
+    await harness.updates.put(PodUpdate(PodOp.REMOVE, "api", [deleted]))
+
+    async def gone() -> bool:
+        return not await harness.runtime.list_containers() and not await harness.runtime.list_pod_sandbox()
+
+    async with asyncio.timeout(20):
+        while not await gone():  # noqa: ASYNC110 - polling the runtime/API under test
+            await asyncio.sleep(0.1)
+    assert k.get_pod_by_name("default", "victim") is None
+
+
+async def test_restarting_agent_restarts_nothing(harness: Harness) -> None:
+    await harness.start()
+    pod = make_pod("steady", [busybox("a"), busybox("b")])
+    await harness.add(pod)
+    await eventually(lambda: harness.api_status(pod).get("phase") == "Running")
+    before = {c.id for c in await harness.runtime.list_containers()}
+    sandboxes = {s.id for s in await harness.runtime.list_pod_sandbox()}
+    assert harness.kubelet is not None
+    await harness.kubelet.stop()
+    k2 = await harness.start()
+    await harness.add(copy.deepcopy(harness.api.objects[pod_path(pod)]))
+    # let several relists, syncs and housekeeping rounds pass
+    runs = k2.housekeeping_runs
+    await eventually(lambda: k2.housekeeping_runs >= runs + 3 and k2.pleg.relist_count >= 3)
+    after = await harness.runtime.list_containers()
+    assert {c.id for c in after} == before
+    assert all(c.state == pb.CONTAINER_RUNNING for c in after)
+    assert {s.id for s in await harness.runtime.list_pod_sandbox()} == sandboxes
+    assert harness.api_status(pod)["phase"] == "Running"
+
+
+async def test_orphans_removed_at_startup(harness: Harness) -> None:
+    k = await harness.start()
+    keep = make_pod("keep", [busybox("a")])
+    orphan = make_pod("orphan", [busybox("a")])
+    await harness.add(keep, orphan)
+    await eventually(lambda: harness.api_status(orphan).get("phase") == "Running"
+                     and harness.api_status(keep).get("phase") == "Running")
+    await k.stop()
+    # the orphan disappeared from the API while the agent was down
+    harness.api.objects.pop(pod_path(orphan))
+    k2 = await harness.start()
+    await harness.add(copy.deepcopy(harness.api.objects[pod_path(keep)]))
+
+    async def orphan_gone() -> bool:
+        uids = {s.labels["io.kubernetes.pod.uid"] for s in await harness.runtime.list_pod_sandbox()}
+        return uids == {keep["metadata"]["uid"]}
+
+    async with asyncio.timeout(20):
+        while not await orphan_gone():  # noqa: ASYNC110 - polling the runtime/API under test
+            await asyncio.sleep(0.1)
+    running = [c for c in await harness.runtime.list_containers() if c.state == pb.CONTAINER_RUNNING]
+    assert len(running) == 1
+    assert k2.running_pod_count() >= 1
+
+
+async def test_invalid_pod_is_rejected_not_crashing(harness: Harness) -> None:
+    k = await harness.start()
+    bad = make_pod("bad", [busybox("x"), busybox("x")])
+    good = make_pod("good", [busybox("a")])
+    await harness.add(bad, good)
+    await eventually(lambda: harness.api_status(good).get("phase") == "Running")
+    st = await eventually(lambda: harness.api_status(bad).get("phase") == "Failed" and harness.api_status(bad))
+    assert "Duplicate" in st["message"]
+    assert k.sync_loop_healthy() and k.pleg_healthy()
+
+
+async def test_init_containers_run_in_order(harness: Harness) -> None:
+    await harness.start()
+    pod = make_pod("init", [busybox("app")],
+                   initContainers=[busybox("i1", "sh", "-c", "exit 0"), busybox("i2", "sh", "-c", "exit 0")])
+    await harness.add(pod)
+    st = await eventually(lambda: harness.api_status(pod).get("phase") == "Running" and harness.api_status(pod))
+    inits = {c["name"]: c for c in st["initContainerStatuses"]}
+    assert inits["i1"]["state"]["terminated"]["exitCode"] == 0
+    assert inits["i2"]["state"]["terminated"]["exitCode"] == 0
+    assert {c["type"]: c["status"] for c in st["conditions"]}["Initialized"] == "True"
+
+
+async def test_termination_message_fallback_to_logs(harness: Harness) -> None:
+    await harness.start()
+    c = busybox("m", "sh", "-c", "echo something went wrong; exit 3")
+    c["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    pod = make_pod("msg", [c], restartPolicy="Never")
+    await harness.add(pod)
+    st = await eventually(lambda: harness.api_status(pod).get("phase") == "Failed" and harness.api_status(pod))
+    term = st["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 3
+    assert "something went wrong" in term.get("message", "")
+    # the termination-message file is created under the pod dir
+    uid = pod["metadata"]["uid"]
+    assert any((harness.tmp / "root" / "pods" / uid / "containers" / "m").iterdir())
