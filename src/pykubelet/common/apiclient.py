@@ -192,7 +192,7 @@ class ApiClient:
         params: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str | None = None,
-        timeout: float | None = 60.0,
+        timeout: float | None = 60.0,  # noqa: ASYNC109 - a per-request HTTP timeout, passed to aiohttp
     ) -> Obj:
         """One API call; returns the decoded JSON body or raises ``ApiError``."""
         headers = {**self._headers, **self._auth_headers()}

@@ -88,11 +88,12 @@ async def test_connection_error_is_api_error() -> None:
 
 def test_inline_cert_data(tmp_path: Path) -> None:
     # A kubeconfig with inline CA data must load (and not leave temp files behind).
+    import datetime as dt
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
-    import datetime as dt
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ca")])
