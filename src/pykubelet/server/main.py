@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import inspect
 import logging
+import re
 import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -70,10 +72,9 @@ async def _run_controller(cls: Any, url: str, token: str, ca: Path, kwargs: dict
 
     api = ApiClient(url, token=token, ca_file=str(ca))
     try:
-        try:
-            ctl = cls(api, **kwargs)
-        except TypeError:
-            ctl = cls(api)
+        # Each controller takes only the options it knows (one kwargs dict serves them all).
+        params = inspect.signature(cls).parameters
+        ctl = cls(api, **{k: v for k, v in kwargs.items() if k in params})
         await ctl.run()
     except asyncio.CancelledError:
         raise
@@ -88,8 +89,14 @@ async def _run_controller(cls: Any, url: str, token: str, ca: Path, kwargs: dict
 async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str = "127.0.0.1",
                      version_minor: str = "33", insecure_port: int | None = None,
                      controllers: bool = True, controller_kwargs: dict[str, Any] | None = None,
-                     history: int = 10000, bookmark_interval: float = 60.0) -> AsyncIterator[ServerHandle]:
-    """Run the API server in this event loop.  ``port=0`` picks a free port."""
+                     history: int = 10000, bookmark_interval: float = 60.0,
+                     default_not_ready_toleration_seconds: int = 300,
+                     default_unreachable_toleration_seconds: int = 300) -> AsyncIterator[ServerHandle]:
+    """Run the API server in this event loop.  ``port=0`` picks a free port.
+
+    ``controller_kwargs`` go to every controller that accepts them by name: ``grace_period``,
+    ``monitor_period`` (node lifecycle), ``retry_interval`` (scheduler), ...
+    """
     d = Path(data_dir)
     pki = PKI(d)
     await asyncio.to_thread(pki.ensure)  # key generation and file I/O off the loop
@@ -98,6 +105,8 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
     store = Storage(d / "state.db", history=history)
     store.open()
     registry = Registry(store, pki, tokens, authorizer)
+    registry.default_not_ready_toleration_seconds = default_not_ready_toleration_seconds
+    registry.default_unreachable_toleration_seconds = default_unreachable_toleration_seconds
     registry.bootstrap()
     http = ApiHttp(registry, pki, tokens, authorizer, version_minor=version_minor,
                    insecure_admin=insecure_port is not None, bookmark_interval=bookmark_interval)
@@ -137,6 +146,19 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
         await runner.cleanup()
 
 
+def _duration(value: str) -> float:
+    """Seconds as a number or a Go-style duration ("40s", "1m30s", "500ms"), as upstream flags take."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        raise argparse.ArgumentTypeError(f"invalid duration {value!r}")
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pykubelet server", description="pykubelet dev control plane")
     p.add_argument("--data-dir", default="./.pykubelet")
@@ -145,12 +167,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--insecure-port-for-tests", type=int, default=None,
                    help="also serve plain HTTP on 127.0.0.1:PORT; requests there are system:masters")
     p.add_argument("--version-minor", default="33", help="minor version reported by /version (picks kubectl)")
-    p.add_argument("--pod-eviction-timeout", type=float, default=300.0,
-                   help="seconds before pods on a NotReady node are evicted (node lifecycle controller)")
-    p.add_argument("--node-monitor-grace-period", type=float, default=40.0)
+    # Upstream kube-controller-manager / kube-apiserver flag names; durations in seconds.
+    p.add_argument("--node-monitor-grace-period", type=_duration, default=40.0,
+                   help="how long a node may go without a lease renewal or status before it is "
+                        "marked Unknown (seconds, or e.g. 40s)")
+    p.add_argument("--node-monitor-period", type=_duration, default=5.0,
+                   help="how often the node lifecycle controller checks node health")
+    p.add_argument("--pod-eviction-timeout", type=_duration, default=300.0,
+                   help="deprecated upstream; accepted for compatibility (eviction follows tolerations)")
+    p.add_argument("--default-not-ready-toleration-seconds", type=int, default=300,
+                   help="tolerationSeconds of the not-ready:NoExecute toleration added to every pod")
+    p.add_argument("--default-unreachable-toleration-seconds", type=int, default=300,
+                   help="tolerationSeconds of the unreachable:NoExecute toleration added to every pod")
+    p.add_argument("--scheduler-retry-interval", type=_duration, default=10.0,
+                   help="how often unschedulable pods are retried without a triggering change")
     p.add_argument("--no-controllers", action="store_true", help="run the API server only")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
+
+
+def server_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``run_server`` keyword arguments from parsed flags (shared with tests, so the flags are
+    what gets exercised)."""
+    return {
+        "port": args.secure_port,
+        "bind_address": args.bind_address,
+        "version_minor": str(args.version_minor),
+        "insecure_port": args.insecure_port_for_tests,
+        "controllers": not args.no_controllers,
+        "controller_kwargs": {
+            "grace_period": args.node_monitor_grace_period,
+            "monitor_period": args.node_monitor_period,
+            "eviction_timeout": args.pod_eviction_timeout,
+            "retry_interval": args.scheduler_retry_interval,
+        },
+        "default_not_ready_toleration_seconds": args.default_not_ready_toleration_seconds,
+        "default_unreachable_toleration_seconds": args.default_unreachable_toleration_seconds,
+    }
 
 
 async def _amain(args: argparse.Namespace) -> int:
@@ -159,11 +212,7 @@ async def _amain(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    kwargs = {"pod_eviction_timeout": args.pod_eviction_timeout,
-              "node_monitor_grace_period": args.node_monitor_grace_period}
-    async with run_server(args.data_dir, port=args.secure_port, bind_address=args.bind_address,
-                          version_minor=str(args.version_minor), insecure_port=args.insecure_port_for_tests,
-                          controllers=not args.no_controllers, controller_kwargs=kwargs) as srv:
+    async with run_server(args.data_dir, **server_options(args)) as srv:
         print(f"pykubelet API server at {srv.url}; admin kubeconfig: {srv.kubeconfig}", flush=True)
         await stop.wait()
     return 0

@@ -10,8 +10,8 @@ in different places, e.g. ``ports`` in a container vs. a Service).  Directives h
 ``$retainKeys``, ``$deleteFromPrimitiveList/<list>``.
 
 Server-side apply is approximated: a missing object is created, an existing one receives the
-applied configuration as a strategic merge (fields the applier stopped setting are not
-removed, since we keep no per-manager field sets); the manager is recorded in managedFields.
+applied configuration as a strategic merge; fields the same manager applied before but no
+longer does are then removed using its field set in managedFields (see ``managedfields.py``).
 """
 
 from __future__ import annotations

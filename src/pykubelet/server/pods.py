@@ -253,8 +253,12 @@ def validate_annotations(annotations: Any, path: str) -> FieldErrors:
 def validate_metadata(resource: str, obj: dict[str, Any]) -> FieldErrors:
     """ObjectMeta checks: name (per-resource rule), namespace, labels, annotations."""
     meta = obj.get("metadata") or {}
+    if not isinstance(meta, dict):
+        return [("metadata", invalid(meta, "must be an object"))]
     errs: FieldErrors = []
     name = meta.get("name") or ""
+    if not isinstance(name, str):
+        return [("metadata.name", invalid(name, "must be a string"))]
     if not name:
         if not meta.get("generateName"):
             errs.append(("metadata.name", required("name or generateName is required")))
@@ -311,14 +315,14 @@ def _default_container(c: dict[str, Any], host_network: bool) -> None:
         c["imagePullPolicy"] = default_image_pull_policy(str(c["image"]))
     c.setdefault("terminationMessagePath", "/dev/termination-log")
     c.setdefault("terminationMessagePolicy", "File")
-    for p in c.get("ports") or []:
-        if isinstance(p, dict):
-            p.setdefault("protocol", "TCP")
-            if host_network and not p.get("hostPort") and p.get("containerPort"):
-                p["hostPort"] = p["containerPort"]
-    for e in c.get("env") or []:
-        if isinstance(e, dict):
-            fr = (e.get("valueFrom") or {}).get("fieldRef")
+    for p in _dicts(c.get("ports")):
+        p.setdefault("protocol", "TCP")
+        if host_network and not p.get("hostPort") and p.get("containerPort"):
+            p["hostPort"] = p["containerPort"]
+    for e in _dicts(c.get("env")):
+        vf = e.get("valueFrom")
+        if isinstance(vf, dict):
+            fr = vf.get("fieldRef")
             if isinstance(fr, dict):
                 fr.setdefault("apiVersion", "v1")
     for key in ("livenessProbe", "readinessProbe", "startupProbe"):
@@ -360,49 +364,100 @@ def _tolerates(tolerations: list[dict[str, Any]], key: str, effect: str) -> bool
     return False
 
 
-def default_pod(pod: dict[str, Any]) -> None:
-    """Apply upstream defaults and create-time admission defaults, in place."""
+# Spec fields set by admission or the scheduler rather than by the user's manifest.
+_SERVER_POPULATED = ("serviceAccountName", "serviceAccount", "priority", "nodeName", "tolerations")
+
+
+def _dict_field(obj: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """``obj[key]`` as a dict, creating it when absent or null (a JSON ``null`` decodes to the
+    zero value upstream, which defaulting then fills); None when it has another shape, which
+    validation reports instead of defaulting crashing on it."""
+    v = obj.get(key)
+    if v is None:
+        v = obj[key] = {}
+    return v if isinstance(v, dict) else None
+
+
+def _dicts(v: Any) -> list[dict[str, Any]]:
+    """The dict items of a list field; wrong shapes yield nothing (validation reports them)."""
+    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
+
+
+def default_pod(
+    pod: dict[str, Any],
+    *,
+    not_ready_toleration_seconds: int = DEFAULT_TOLERATION_SECONDS,
+    unreachable_toleration_seconds: int = DEFAULT_TOLERATION_SECONDS,
+    admission: bool = True,
+    old: dict[str, Any] | None = None,
+) -> None:
+    """Apply upstream defaults and (with ``admission``) create-time admission defaults, in place.
+
+    Updates run with ``admission=False``: upstream applies the type defaults on every write
+    (so a partial PUT is completed before validation) but the ServiceAccount/Priority admission
+    only on create.  The toleration seconds are the kube-apiserver flags
+    ``--default-not-ready-toleration-seconds`` / ``--default-unreachable-toleration-seconds``.
+    With ``old`` (an update), spec fields the server populated (admission results and the
+    scheduler's nodeName) that the new object omits are carried over from ``old``: a deliberate
+    leniency over upstream so ``kubectl replace`` with the original manifest only changes what
+    the manifest changes.  Never raises on malformed input: fields of the wrong shape are left
+    for validation.
+    """
     pod.setdefault("apiVersion", "v1")
     pod.setdefault("kind", "Pod")
-    pod.setdefault("metadata", {})
-    spec = pod.setdefault("spec", {})
+    if _dict_field(pod, "metadata") is None:
+        return
+    spec = _dict_field(pod, "spec")
+    if spec is None:
+        return
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("securityContext", {})
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("enableServiceLinks", True)
-    # ServiceAccount admission; `serviceAccount` is the deprecated alias kept in sync.
-    sa = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
-    spec["serviceAccountName"] = sa
-    spec["serviceAccount"] = sa
-    # Priority admission without priority classes.
-    if spec.get("priority") is None:
-        spec["priority"] = 0
+    old_spec = (old or {}).get("spec")
+    if isinstance(old_spec, dict):
+        for k in _SERVER_POPULATED:
+            if spec.get(k) is None and old_spec.get(k) is not None:
+                spec[k] = copy.deepcopy(old_spec[k])
+    # `serviceAccount` is the deprecated alias of serviceAccountName, kept in sync by defaulting.
+    sa = spec.get("serviceAccountName") or spec.get("serviceAccount")
+    if admission:
+        # ServiceAccount admission; Priority admission without priority classes.
+        sa = sa or "default"
+        if spec.get("priority") is None:
+            spec["priority"] = 0
+    if sa:
+        spec["serviceAccountName"] = sa
+        spec["serviceAccount"] = sa
     host_network = bool(spec.get("hostNetwork"))
     for key in ("initContainers", "containers", "ephemeralContainers"):
-        for c in spec.get(key) or []:
-            if isinstance(c, dict):
-                _default_container(c, host_network)
-    for v in spec.get("volumes") or []:
-        if isinstance(v, dict):
-            _default_volume(v)
-    # DefaultTolerationSeconds admission.
-    tolerations = spec.get("tolerations") or []
-    for key in (NOT_READY_TAINT, UNREACHABLE_TAINT):
-        if not _tolerates(tolerations, key, "NoExecute"):
-            tolerations.append(
-                {
-                    "key": key,
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
-                }
-            )
-    spec["tolerations"] = tolerations
-    status = pod.setdefault("status", {})
+        for c in _dicts(spec.get(key)):
+            _default_container(c, host_network)
+    for v in _dicts(spec.get("volumes")):
+        _default_volume(v)
+    tolerations = spec.get("tolerations")
+    if tolerations is None:
+        tolerations = []
+    if admission and isinstance(tolerations, list):
+        # DefaultTolerationSeconds admission.
+        for key, seconds in ((NOT_READY_TAINT, not_ready_toleration_seconds),
+                             (UNREACHABLE_TAINT, unreachable_toleration_seconds)):
+            if not _tolerates(tolerations, key, "NoExecute"):
+                tolerations.append(
+                    {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+                )
+    if tolerations or "tolerations" in spec:
+        spec["tolerations"] = tolerations
+    status = _dict_field(pod, "status")
+    if status is None:
+        return
     status.setdefault("phase", "Pending")
-    status["qosClass"] = qos_class(pod)
+    try:
+        status["qosClass"] = qos_class(pod)
+    except Exception:  # malformed resources: validation reports them
+        status.setdefault("qosClass", "BestEffort")
 
 
 # --- validation -----------------------------------------------------------------------------
@@ -524,6 +579,8 @@ def _validate_container(
             errs.append((f"{ep}.name", required()))
         elif not _ENV_RE.match(ename):
             errs.append((f"{ep}.name", invalid(ename, ENV_VAR_MSG)))
+        if isinstance(e, dict) and e.get("valueFrom") is not None and not isinstance(e["valueFrom"], dict):
+            errs.append((f"{ep}.valueFrom", invalid(e["valueFrom"], "must be an object")))
     for i, vm in enumerate(c.get("volumeMounts") or []):
         vp = f"{path}.volumeMounts[{i}]"
         if not isinstance(vm, dict):
@@ -577,10 +634,40 @@ def _validate_tolerations(tolerations: Any, path: str) -> FieldErrors:
     return errs
 
 
+_SPEC_LISTS = ("volumes", "containers", "initContainers", "ephemeralContainers", "tolerations",
+               "imagePullSecrets", "hostAliases", "readinessGates", "schedulingGates")
+_SPEC_MAPS = ("nodeSelector", "securityContext", "affinity", "overhead", "dnsConfig")
+_CONTAINER_LISTS = ("command", "args", "ports", "env", "envFrom", "volumeMounts")
+_CONTAINER_MAPS = ("resources", "securityContext", "livenessProbe", "readinessProbe", "startupProbe")
+
+
+def _shape_errors(obj: dict[str, Any], path: str, lists: tuple[str, ...], maps: tuple[str, ...]) -> FieldErrors:
+    """Fields whose JSON type is wrong (upstream would fail decoding); checked first so the
+    detailed validators can assume the shapes and never raise on malformed input."""
+    errs: FieldErrors = []
+    for k in lists:
+        v = obj.get(k)
+        if v is not None and not isinstance(v, list):
+            errs.append((f"{path}.{k}", invalid(v, "must be a list")))
+    for k in maps:
+        v = obj.get(k)
+        if v is not None and not isinstance(v, dict):
+            errs.append((f"{path}.{k}", invalid(v, "must be an object")))
+    return errs
+
+
 def validate_pod_spec(spec: Any, path: str = "spec") -> FieldErrors:
     errs: FieldErrors = []
     if not isinstance(spec, dict):
-        return [(path, required())]
+        return [(path, required() if spec is None else invalid(spec, "must be an object"))]
+    errs = _shape_errors(spec, path, _SPEC_LISTS, _SPEC_MAPS)
+    for kind in ("initContainers", "containers", "ephemeralContainers"):
+        cs = spec.get(kind)
+        for i, c in enumerate(cs if isinstance(cs, list) else []):
+            if isinstance(c, dict):
+                errs.extend(_shape_errors(c, f"{path}.{kind}[{i}]", _CONTAINER_LISTS, _CONTAINER_MAPS))
+    if errs:
+        return errs
     volumes: set[str] = set()
     for i, v in enumerate(spec.get("volumes") or []):
         vp = f"{path}.volumes[{i}]"
@@ -641,7 +728,7 @@ def _spec_for_update_compare(new_spec: dict[str, Any], old_spec: dict[str, Any])
                     nc["image"] = oc["image"]
     old_ads = old_spec.get("activeDeadlineSeconds")
     new_ads = munged.get("activeDeadlineSeconds")
-    if new_ads is not None and (old_ads is None or new_ads <= old_ads):
+    if isinstance(new_ads, int) and (old_ads is None or (isinstance(old_ads, int) and new_ads <= old_ads)):
         if old_ads is None:
             munged.pop("activeDeadlineSeconds", None)
         else:
@@ -668,10 +755,12 @@ def _spec_for_update_compare(new_spec: dict[str, Any], old_spec: dict[str, Any])
 
 def validate_pod(pod: dict[str, Any], old: dict[str, Any] | None = None) -> FieldErrors:
     """Full pod validation (metadata + spec); with ``old`` also the update rules."""
+    if not isinstance(pod, dict):
+        return [("", invalid(pod, "must be an object"))]
     errs = validate_metadata("pods", pod)
     spec = pod.get("spec")
     errs.extend(validate_pod_spec(spec))
-    if old is not None and isinstance(spec, dict):
+    if old is not None and isinstance(spec, dict) and not _shape_errors(spec, "spec", _SPEC_LISTS, _SPEC_MAPS):
         old_spec = old.get("spec") or {}
         if _spec_for_update_compare(spec, old_spec) != old_spec:
             errs.append(("spec", forbidden(POD_UPDATE_FORBIDDEN)))

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pykubelet.server import events_conv, schema
+from pykubelet.server import events_conv, managedfields, schema
 from pykubelet.server.auth import PKI, Attributes, Authorizer, TokenAuth, UserInfo, csr_subject
 from pykubelet.server.errors import (
     StatusError,
@@ -66,7 +66,7 @@ class RequestContext:
     field_manager: str = ""
 
 
-def _pod_hooks() -> tuple[Callable[[Obj], None] | None, Callable[[Obj, Obj | None], list[tuple[str, str]]] | None]:
+def _pod_hooks() -> tuple[Callable[..., None] | None, Callable[[Obj, Obj | None], list[tuple[str, str]]] | None]:
     try:
         from pykubelet.server import pods
     except ImportError:
@@ -107,6 +107,9 @@ class Registry:
         self.tokens = tokens
         self.authorizer = authorizer
         self._tasks: set[asyncio.Task[Any]] = set()
+        # DefaultTolerationSeconds admission (kube-apiserver --default-*-toleration-seconds).
+        self.default_not_ready_toleration_seconds = 300
+        self.default_unreachable_toleration_seconds = 300
 
     # ---------------------------------------------------------------- bootstrap
     def bootstrap(self) -> None:
@@ -305,19 +308,26 @@ class Registry:
         if errs:
             raise invalid(ri.kind, name, errs, ri.group)
 
-    def _managed(self, obj: Obj, ri: ResourceInfo, ctx: RequestContext, operation: str, sub: str = "") -> None:
+    def _managed(self, obj: Obj, ri: ResourceInfo, ctx: RequestContext, operation: str, sub: str = "",
+                 *, old: Obj | None = None, written: Obj | None = None) -> None:
+        """Record the write in managedFields: for Apply the applied configuration's fields
+        (``written``), for Update the fields whose value changed from ``old`` (or, on create,
+        those the request body set)."""
         if not ctx.field_manager:
             return
-        mf = [m for m in obj["metadata"].get("managedFields") or []
-              if not (m.get("manager") == ctx.field_manager and m.get("operation") == operation
-                      and m.get("subresource", "") == sub)]
-        entry: dict[str, Any] = {"manager": ctx.field_manager, "operation": operation,
-                                 "apiVersion": ri.api_version, "time": now_rfc3339(),
-                                 "fieldsType": "FieldsV1", "fieldsV1": {}}
-        if sub:
-            entry["subresource"] = sub
-        mf.append(entry)
-        obj["metadata"]["managedFields"] = mf
+        has_status = ri.resource in STATUS_RESOURCES or ri.sub("status") is not None
+        if operation == "Apply":
+            paths = managedfields.field_paths(written or obj, sub=sub, has_status=has_status)
+        elif old is None:
+            paths = managedfields.field_paths(written or obj, sub=sub, has_status=has_status)
+        else:
+            paths = managedfields.changed_paths(old, obj, sub=sub, has_status=has_status)
+        base = (old or {}).get("metadata", {}).get("managedFields") if old is not None else []
+        if old is not None and obj["metadata"].get("managedFields") not in (None, base):
+            base = obj["metadata"]["managedFields"]  # the writer replaced managedFields explicitly
+        obj["metadata"]["managedFields"] = managedfields.record(
+            list(base or []), manager=ctx.field_manager, operation=operation, api_version=ri.api_version,
+            time=now_rfc3339(), paths=paths, sub=sub)
 
     # ---------------------------------------------------------------- create
     async def create(self, ri: ResourceInfo, ns: str, body: Obj, ctx: RequestContext) -> tuple[Obj, list[str]]:
@@ -328,7 +338,8 @@ class Registry:
             body = events_conv.to_core(body)
         return self._create_obj(ri, ns, body, ctx), warnings
 
-    def _create_obj(self, ri: ResourceInfo, ns: str, body: Obj, ctx: RequestContext) -> Obj:
+    def _create_obj(self, ri: ResourceInfo, ns: str, body: Obj, ctx: RequestContext,
+                    operation: str = "Update") -> Obj:
         obj = copy.deepcopy(body)
         meta = obj.get("metadata")
         if meta is None:
@@ -346,8 +357,10 @@ class Registry:
             meta["name"] = str(meta["generateName"]) + secrets.token_hex(3)[:5]
         obj["kind"] = ri.kind if ri.group != "events.k8s.io" else "Event"
         obj["apiVersion"] = ri.api_version if ri.group != "events.k8s.io" else "v1"
-        for k in ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+        for k in ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink",
+                  "managedFields"):
             meta.pop(k, None)
+        written = copy.deepcopy(obj)  # what the client set, before defaulting (for managedFields)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
         if "spec" in obj or ri.resource in ("pods",):
@@ -358,7 +371,8 @@ class Registry:
             d, _v = _pod_hooks()
             if d is not None:
                 try:
-                    d(obj)
+                    d(obj, not_ready_toleration_seconds=self.default_not_ready_toleration_seconds,
+                      unreachable_toleration_seconds=self.default_unreachable_toleration_seconds)
                 except Exception as e:
                     log.exception("default_pod failed")
                     raise invalid(ri.kind, str(meta.get("name", "")), [("", f"Invalid value: {e}")]) from e
@@ -376,7 +390,7 @@ class Registry:
                 spec["extra"] = ctx.user.extra
             obj["status"] = {}
         self._validate(ri, obj, None)
-        self._managed(obj, ri, ctx, "Update")
+        self._managed(obj, ri, ctx, operation, written=written)
         if ctx.dry_run:
             return self.present(ri, obj)
         stored = self.store.create(ri.key, ns if ri.namespaced else "", meta["name"], obj,
@@ -406,13 +420,23 @@ class Registry:
         return self._update_obj(ri, ns, name, sub, old, body, ctx, "Update"), warnings
 
     def _update_obj(self, ri: ResourceInfo, ns: str, name: str, sub: str, old: Obj, body: Obj,
-                    ctx: RequestContext, operation: str) -> Obj:
+                    ctx: RequestContext, operation: str, applied: Obj | None = None) -> Obj:
         expected = str((body.get("metadata") or {}).get("resourceVersion") or "")
         if expected and expected != old["metadata"].get("resourceVersion"):
             raise conflict(ri.resource, name, ri.group)
         new = self._prepare_update(ri, sub, old, copy.deepcopy(body))
+        if ri.resource == "pods" and ri.group == "" and sub == "":
+            # Type defaults apply on every write (admission only on create), so a PUT that omits
+            # defaulted fields is completed before the immutability check rather than rejected.
+            d, _v = _pod_hooks()
+            if d is not None:
+                try:
+                    d(new, admission=False, old=old)
+                except Exception as e:
+                    log.exception("default_pod failed")
+                    raise invalid(ri.kind, name, [("", f"Invalid value: {e}")]) from e
         self._validate(ri, new, old)
-        self._managed(new, ri, ctx, operation, sub)
+        self._managed(new, ri, ctx, operation, sub, old=old, written=applied)
         if ctx.dry_run:
             return self.present(ri, new)
         stored = self.store.update(ri.key, ns if ri.namespaced else "", name, new,
@@ -495,9 +519,17 @@ class Registry:
                 if sub:
                     raise not_found(ri.resource, name, ri.group)
                 body.setdefault("metadata", {})["name"] = name
-                return self._create_obj(ri, ns, body, ctx), 201, warnings
+                return self._create_obj(ri, ns, body, ctx, "Apply"), 201, warnings
             patched = strategic_merge(self.present(ri, current) if ri.group != "events.k8s.io" else current, body)
-            return self._update_obj(ri, ns, name, sub, current, patched, ctx, "Apply"), 200, warnings
+            # Fields this manager applied last time but not now are removed (unless another
+            # manager owns them): the part of server-side apply a plain merge cannot express.
+            if ctx.field_manager:
+                has_status = ri.resource in STATUS_RESOURCES or ri.sub("status") is not None
+                applied = managedfields.field_paths(body, sub=sub, has_status=has_status)
+                stale = managedfields.stale_applied_paths(
+                    current["metadata"].get("managedFields") or [], ctx.field_manager, applied, sub)
+                managedfields.remove_paths(patched, stale, applied)
+            return self._update_obj(ri, ns, name, sub, current, patched, ctx, "Apply", body), 200, warnings
         if current is None:
             raise not_found(ri.resource, name, ri.group)
         base = self.present(ri, current)
@@ -618,6 +650,17 @@ class Registry:
     # ---------------------------------------------------------------- subresource POSTs
     async def create_sub(self, ri: ResourceInfo, ns: str, name: str, sub: str, body: Obj,
                          ctx: RequestContext) -> tuple[Obj, int]:
+        """POST to a subresource or a virtual resource (binding, eviction, reviews, tokens)."""
+        if not isinstance(body, dict):
+            raise bad_request(f"unable to decode {ri.kind}: expected an object")
+        try:
+            return await self._create_sub(ri, ns, name, sub, body, ctx)
+        except (AttributeError, TypeError, KeyError, ValueError) as e:
+            # a field of the wrong JSON type: upstream fails decoding the body (400), never a 500
+            raise bad_request(f"unable to decode {ri.kind}: {type(e).__name__}: {e}") from e
+
+    async def _create_sub(self, ri: ResourceInfo, ns: str, name: str, sub: str, body: Obj,
+                          ctx: RequestContext) -> tuple[Obj, int]:
         key = (ri.resource, sub)
         if key == ("pods", "binding") or ri.resource == "bindings":
             return self._bind(ns, name or (body.get("metadata") or {}).get("name", ""), body)

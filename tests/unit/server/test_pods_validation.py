@@ -1,6 +1,8 @@
 import copy
 from typing import Any
 
+import pytest
+
 from pykubelet.server.pods import (
     POD_UPDATE_FORBIDDEN,
     default_image_pull_policy,
@@ -152,3 +154,50 @@ def test_metadata_for_other_kinds() -> None:
 def test_format_invalid() -> None:
     assert format_invalid("Pod", "x", [("a", "Required value")]) == 'Pod "x" is invalid: a: Required value'
     assert format_invalid("Pod", "x", [("a", "m"), ("b", "n")]) == 'Pod "x" is invalid: [a: m, b: n]'
+
+
+# --- malformed input never raises; updates are defaulted without admission -----------------
+
+_BAD_SHAPES: list[Any] = [
+    {"spec": None},
+    {"spec": "x"},
+    {"spec": []},
+    {"metadata": "x", "spec": {"containers": [{"name": "c", "image": "i"}]}},
+    {"metadata": {"name": 5}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+    {"spec": {"containers": "c"}},
+    {"spec": {"containers": {"name": "c"}}},
+    {"spec": {"containers": [1, None, "x"]}},
+    {"spec": {"containers": [{"name": "c", "image": "i", "ports": "80", "env": {"a": 1}}]}},
+    {"spec": {"containers": [{"name": "c", "image": "i", "env": [{"name": "A", "valueFrom": "x"}]}]}},
+    {"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": []}}}]}},
+    {"spec": {"containers": [{"name": "c", "image": "i"}], "tolerations": "all", "volumes": {"v": 1}}},
+    {"spec": {"containers": [{"name": "c", "image": "i"}], "activeDeadlineSeconds": "x"}},
+    {"spec": {"containers": [{"name": "c", "image": "i"}]}, "status": "x"},
+]
+
+
+@pytest.mark.parametrize("pod", _BAD_SHAPES)
+def test_wrong_shapes_give_field_errors_not_exceptions(pod: dict[str, Any]) -> None:
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, **copy.deepcopy(pod)}
+    default_pod(obj)
+    errs = validate_pod(obj)
+    old = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}],
+                                               "activeDeadlineSeconds": 5}}
+    upd = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, **copy.deepcopy(pod)}
+    default_pod(upd, admission=False, old=old)
+    errs_upd = validate_pod(upd, old)
+    if pod.get("status") != "x":
+        assert errs and errs_upd, (errs, errs_upd)
+
+
+def test_update_defaults_without_admission_keep_server_populated_fields() -> None:
+    created = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+               "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}], "nodeName": "n1"}}
+    default_pod(created, not_ready_toleration_seconds=7, unreachable_toleration_seconds=9)
+    secs = {t["key"]: t["tolerationSeconds"] for t in created["spec"]["tolerations"]}
+    assert secs == {"node.kubernetes.io/not-ready": 7, "node.kubernetes.io/unreachable": 9}
+    put = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]}}
+    default_pod(put, admission=False, old=created)
+    assert validate_pod(put, created) == []
+    assert put["spec"]["nodeName"] == "n1" and put["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"

@@ -1,0 +1,247 @@
+"""A minimal ``metadata.managedFields``: per-manager field sets in the FieldsV1 format.
+
+Why: ``kubectl get -o yaml --show-managed-fields`` shows who set what, and server-side apply
+needs each applier's previous field set to remove the fields it stopped applying (upstream's
+structured-merge-diff).  We keep the set where upstream does, in ``managedFields[].fieldsV1``,
+so nothing else (annotations) is needed.
+
+FieldsV1 (k8s.io/apimachinery/pkg/apis/meta/v1 "FieldsV1", structured-merge-diff's
+``fieldpath.Set`` serialisation): a tree whose keys are path elements: ``f:<field>`` for a map
+field, ``k:<json of key fields>`` for an item of a keyed (merge) list, ``v:<json value>`` for a
+member of a set-like primitive list, and ``.`` marking that the item/map itself is owned.  Leaves
+are ``{}``.
+
+Simplifications (documented, deliberate): list keys come from the strategic-merge key table in
+``patch.py`` (single-field keys); apply conflicts between managers are not detected (values
+are merged, ownership shared); an Update takes ownership of the fields whose value it changed
+and removes them from other managers' sets, as upstream does.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pykubelet.server.patch import merge_key_for
+
+Obj = dict[str, Any]
+Path = tuple[str, ...]
+
+# metadata fields the server owns; never part of a manager's set
+_SYSTEM_META = {"name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+                "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "selfLink"}
+
+
+def _item_key(item: Any, key: str | None) -> str | None:
+    if key is not None and isinstance(item, dict) and key in item:
+        return "k:" + json.dumps({key: item[key]}, separators=(",", ":"), sort_keys=True)
+    return None
+
+
+def _paths(value: Any, parent: str, prefix: Path, out: set[Path]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str) or k.startswith("$"):
+                continue
+            p = (*prefix, "f:" + k)
+            out.add(p)
+            if isinstance(v, dict):
+                _paths(v, k, p, out)
+            elif isinstance(v, list):
+                is_merge, key = merge_key_for(parent, k)
+                if not is_merge:
+                    continue  # atomic list: owned as a whole
+                for item in v:
+                    if key is None and not isinstance(item, dict | list):
+                        out.add((*p, "v:" + json.dumps(item, separators=(",", ":"))))
+                        continue
+                    ik = _item_key(item, key)
+                    if ik is None:
+                        continue
+                    ip = (*p, ik)
+                    out.add(ip)
+                    out.add((*ip, "."))
+                    _paths(item, k, ip, out)
+
+
+def field_paths(obj: Obj, *, sub: str = "", has_status: bool = True) -> set[Path]:
+    """Every path (inner nodes included) of the fields ``obj`` sets, minus server-owned ones."""
+    out: set[Path] = set()
+    body: Obj = {}
+    for k, v in obj.items():
+        if k in ("apiVersion", "kind"):
+            continue
+        if sub == "status" and k != "status":
+            continue
+        if sub == "" and k == "status" and has_status:
+            continue
+        if k == "metadata" and isinstance(v, dict):
+            v = {mk: mv for mk, mv in v.items() if mk not in _SYSTEM_META}
+            if not v:
+                continue
+        body[k] = v
+    _paths(body, "", (), out)
+    return out
+
+
+def _lookup(obj: Any, path: Path) -> tuple[bool, Any]:
+    cur = obj
+    for el in path:
+        if el == ".":
+            continue
+        if el.startswith("f:") and isinstance(cur, dict):
+            if el[2:] not in cur:
+                return False, None
+            cur = cur[el[2:]]
+        elif el.startswith("k:") and isinstance(cur, list):
+            want = json.loads(el[2:])
+            found = [i for i in cur if isinstance(i, dict) and all(i.get(k) == v for k, v in want.items())]
+            if not found:
+                return False, None
+            cur = found[0]
+        elif el.startswith("v:") and isinstance(cur, list):
+            val = json.loads(el[2:])
+            if val not in cur:
+                return False, None
+            cur = val
+        else:
+            return False, None
+    return True, cur
+
+
+def changed_paths(old: Obj | None, new: Obj, *, sub: str = "", has_status: bool = True) -> set[Path]:
+    """Paths of ``new`` whose value differs from ``old`` (all of them on create), with ancestors."""
+    paths = field_paths(new, sub=sub, has_status=has_status)
+    if old is None:
+        return paths
+    out: set[Path] = set()
+    for p in paths:
+        if p[-1] == ".":
+            continue
+        found, oldv = _lookup(old, p)
+        _f, newv = _lookup(new, p)
+        if not found or oldv != newv:
+            out.update(p[:i] for i in range(1, len(p) + 1))
+            if p[-1].startswith("k:"):
+                out.add((*p, "."))
+    return out
+
+
+def to_fields_v1(paths: set[Path]) -> Obj:
+    tree: Obj = {}
+    for p in sorted(paths):
+        node = tree
+        for el in p:
+            node = node.setdefault(el, {})
+    return tree
+
+
+def from_fields_v1(tree: Any, prefix: Path = ()) -> set[Path]:
+    out: set[Path] = set()
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            p = (*prefix, str(k))
+            out.add(p)
+            out |= from_fields_v1(v, p)
+    return out
+
+
+def _remove_one(obj: Obj, p: Path) -> bool:
+    found, parent = _lookup(obj, p[:-1])
+    if not found:
+        return False
+    el = p[-1]
+    if el.startswith("f:") and isinstance(parent, dict):
+        return parent.pop(el[2:], _MISSING) is not _MISSING
+    if el.startswith("k:") and isinstance(parent, list):
+        want = json.loads(el[2:])
+        n = len(parent)
+        parent[:] = [i for i in parent if not (isinstance(i, dict) and all(i.get(k) == v for k, v in want.items()))]
+        return len(parent) != n
+    if el.startswith("v:") and isinstance(parent, list):
+        val = json.loads(el[2:])
+        n = len(parent)
+        parent[:] = [i for i in parent if i != val]
+        return len(parent) != n
+    return False
+
+
+_MISSING = object()
+
+
+def remove_paths(obj: Obj, paths: set[Path], keep: set[Path] | None = None) -> None:
+    """Delete from ``obj`` (in place) the fields at ``paths``; only the outermost of nested
+    removed paths is acted on, so a removed container goes as a whole.  A map or list left
+    empty by a removal goes too unless ``keep`` (the fields still applied) names it, so
+    dropping the last label does not leave ``labels: {}`` behind."""
+    keep = keep or set()
+    for p in sorted(paths, key=len):
+        if p[-1] == ".":
+            p = p[:-1]
+        if not p or any(p[:i] in paths for i in range(1, len(p))):
+            continue
+        if not _remove_one(obj, p):
+            continue
+        parent = p[:-1]
+        while len(parent) > 1 and parent not in keep:  # never a top-level field (metadata, spec)
+            found, v = _lookup(obj, parent)
+            if not found or not isinstance(v, dict | list) or v:
+                break
+            _remove_one(obj, parent)
+            parent = parent[:-1]
+
+
+def entry_paths(entry: Obj) -> set[Path]:
+    return from_fields_v1(entry.get("fieldsV1") or {})
+
+
+def stale_applied_paths(managed: list[Obj], manager: str, applied: set[Path], sub: str = "") -> set[Path]:
+    """Fields ``manager`` applied before but not now, and that no other manager owns."""
+    prev: set[Path] = set()
+    others: set[Path] = set()
+    for e in managed:
+        if not isinstance(e, dict):
+            continue
+        ps = entry_paths(e)
+        if e.get("manager") == manager and e.get("operation") == "Apply" and e.get("subresource", "") == sub:
+            prev |= ps
+        else:
+            others |= ps
+    # Only leaves and whole list items: an inner map (metadata, spec) the new configuration
+    # does not mention at all is not "removed", only the fields under it are.
+    inner = {p[:i] for p in prev for i in range(1, len(p))}
+    removed = {p for p in prev - applied
+               if p[-1] != "." and (p not in inner or p[-1].startswith(("k:", "v:")))}
+    # keep a path if another manager owns it or anything below it
+    return {p for p in removed if not any(o[:len(p)] == p for o in others)}
+
+
+def record(managed: list[Obj], *, manager: str, operation: str, api_version: str, time: str,
+           paths: set[Path], sub: str = "") -> list[Obj]:
+    """The new managedFields list after ``manager`` wrote ``paths`` with ``operation``.
+
+    Apply replaces the manager's set with what it applied; Update adds the changed fields to
+    its set and takes them away from every other manager (entries left empty are dropped)."""
+    out: list[Obj] = []
+    prior: set[Path] = set()
+    for e in managed:
+        if not isinstance(e, dict):
+            continue
+        if e.get("manager") == manager and e.get("operation") == operation and e.get("subresource", "") == sub:
+            prior = entry_paths(e)
+            continue
+        if operation == "Update" and paths:
+            kept = entry_paths(e) - paths
+            if not kept:
+                continue
+            e = {**e, "fieldsV1": to_fields_v1(kept)}
+        out.append(e)
+    mine = paths if operation == "Apply" else prior | paths
+    if not mine and operation == "Update":
+        return out
+    entry: Obj = {"manager": manager, "operation": operation, "apiVersion": api_version, "time": time,
+                  "fieldsType": "FieldsV1", "fieldsV1": to_fields_v1(mine)}
+    if sub:
+        entry["subresource"] = sub
+    out.append(entry)
+    return out
