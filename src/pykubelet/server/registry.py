@@ -11,7 +11,7 @@ SubjectAccessReview, CSR approval + signing (the csrsigning controller, inlined)
 namespace lifecycle (default ServiceAccount + kube-root-ca.crt per namespace, no creation in
 missing or terminating namespaces, deletion drains contents first).
 
-Pod defaulting/validation is delegated to ``pykubelet.server.pods`` when it exists.
+Pod defaulting/validation is delegated to ``pykubelet.common.podspec``.
 """
 
 from __future__ import annotations
@@ -67,11 +67,9 @@ class RequestContext:
 
 
 def _pod_hooks() -> tuple[Callable[..., None] | None, Callable[[Obj, Obj | None], list[tuple[str, str]]] | None]:
-    try:
-        from pykubelet.server import pods
-    except ImportError:
-        return None, None
-    return getattr(pods, "default_pod", None), getattr(pods, "validate_pod", None)
+    from pykubelet.common import podspec
+
+    return podspec.default_pod, podspec.validate_pod
 
 
 def _to_table(resource: str, objs: list[Obj], now: dt.datetime) -> dict[str, Any] | None:

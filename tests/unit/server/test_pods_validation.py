@@ -3,7 +3,7 @@ from typing import Any
 
 import pytest
 
-from pykubelet.server.pods import (
+from pykubelet.common.podspec import (
     POD_UPDATE_FORBIDDEN,
     default_image_pull_policy,
     default_pod,

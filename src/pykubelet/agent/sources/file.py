@@ -34,7 +34,8 @@ from typing import Any
 
 import yaml
 
-from .defaults import default_pod, validate_pod
+from pykubelet.common.podspec import default_pod, validate_pod
+
 from .podconfig import PodConfig
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,9 @@ def static_pod_uid(pod: Pod, node_name: str, source: str) -> str:
 
 def apply_static_defaults(pod: Pod, node_name: str, source: str) -> Pod:
     """Turn one decoded manifest into the kubelet's static pod (in place; returns it)."""
-    default_pod(pod)
+    default_pod(pod, admission=False)  # static pods get type defaults, not the API server's admission
+    if not isinstance(pod.get("metadata"), dict) or not isinstance(pod.get("spec"), dict):
+        raise ValueError("invalid pod: metadata and spec must be mappings")
     meta = pod["metadata"]
     if not meta.get("uid"):
         meta["uid"] = static_pod_uid(pod, node_name, source)
@@ -107,10 +110,10 @@ def manifest_pods(text: str, path: str, node_name: str) -> list[Pod]:
                         path, i, api_version)
             continue
         try:
-            errs = validate_pod(doc)
-            if errs:
-                raise ValueError("invalid pod: " + "; ".join(errs))
             pod = apply_static_defaults(copy.deepcopy(doc), node_name, path)
+            errs = validate_pod(pod)
+            if errs:
+                raise ValueError("invalid pod: " + "; ".join(f"{f}: {m}" for f, m in errs))
         except (ValueError, TypeError, AttributeError) as e:
             if len(docs) == 1:
                 raise ValueError(str(e)) from None

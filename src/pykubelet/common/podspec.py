@@ -1,4 +1,10 @@
-"""Pod defaulting and validation for the dev control plane (plus object-name validation).
+"""Pod defaulting and validation (plus object-name validation), shared by both sides of the API.
+
+Upstream keeps ``pkg/apis/core/v1/defaults.go`` and ``pkg/apis/core/validation`` apart from the
+API server so the kubelet can apply the very same rules to static pods, which never pass through
+an API server; this module plays that part here: the dev control plane calls it on every write, and
+the agent's file source calls ``default_pod(pod, admission=False)`` and ``validate_pod`` on
+manifests.
 
 Design: pure functions over v1 JSON dicts.  ``default_pod`` mutates in place (like upstream's
 generated ``SetObjectDefaults_Pod`` followed by the admission plugins the API server runs on
