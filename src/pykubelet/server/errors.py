@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pykubelet.common.apistatus import status_object, success_status
+
+__all__ = ["StatusError", "status_object", "success_status"]
+
 
 class StatusError(Exception):
     """An error that is rendered as a Kubernetes Status object."""
@@ -50,52 +54,6 @@ class StatusError(Exception):
             causes=self.causes,
             retry_after=self.retry_after,
         )
-
-
-def status_object(
-    code: int,
-    reason: str,
-    message: str,
-    *,
-    name: str | None = None,
-    kind: str | None = None,
-    group: str | None = None,
-    causes: list[dict[str, str]] | None = None,
-    retry_after: int | None = None,
-) -> dict[str, Any]:
-    """Build a Failure Status the way apimachinery does (details only when they say something)."""
-    st: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    details: dict[str, Any] = {}
-    if name is not None:
-        details["name"] = name
-    if group:
-        details["group"] = group
-    if kind is not None:
-        details["kind"] = kind
-    if causes:
-        details["causes"] = causes
-    if retry_after is not None:
-        details["retryAfterSeconds"] = retry_after
-    if details:
-        st["details"] = details
-    if not reason:
-        del st["reason"]
-    return st
-
-
-def success_status(details: dict[str, Any] | None = None) -> dict[str, Any]:
-    st: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
-    if details:
-        st["details"] = details
-    return st
 
 
 def _qual(resource: str, group: str) -> str:

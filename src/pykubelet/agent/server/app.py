@@ -304,7 +304,7 @@ class KubeletServer:
                                request.match_info["container"])
         pod = self._find_pod(ns, name)
         if pod is None:
-            return status_response(404, "NotFound", f'pod "{name}" not found', {"name": name, "kind": "pods"})
+            return status_response(404, "NotFound", f'pod "{name}" not found', name=name, kind="pods")
         spec = pod.get("spec") or {}
         names = [c.get("name") for key in ("containers", "initContainers", "ephemeralContainers")
                  for c in spec.get(key) or []]

@@ -80,7 +80,7 @@ class StreamingHandlers:
     def _pod_or_404(self, ns: str, name: str) -> dict[str, Any] | web.Response:
         pod = self.find_pod(ns, name)
         if pod is None:
-            return status_response(404, "NotFound", f'pod "{name}" not found', details={"name": name, "kind": "pods"})
+            return status_response(404, "NotFound", f'pod "{name}" not found', name=name, kind="pods")
         return pod
 
     async def _container_id(self, pod: dict[str, Any], ns: str, name: str, container: str) -> str | web.Response:
