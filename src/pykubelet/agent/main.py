@@ -10,8 +10,7 @@ object graph in dependency order and tears it down in reverse:
 Without ``--kubeconfig`` the agent runs standalone: static pods only, no registration, no lease, no
 events written — upstream's standalone mode.  Stopping cancels loops only: containers keep running,
 so restarting the agent never restarts healthy containers (the engine re-adopts them from CRI
-labels).  Optional subsystems written by others (the kubelet HTTP server) are imported lazily and a
-missing one is logged, not fatal.
+labels).
 """
 
 from __future__ import annotations
@@ -23,7 +22,17 @@ import signal
 import sys
 from typing import Any
 
+from pykubelet.common.apiclient import ApiClient
+from pykubelet.cri import CRIClient
+
+from . import metrics
 from .config import AgentOptions, ConfigError, load_options
+from .events import EventRecorder
+from .kubelet import Kubelet
+from .nodestatus import NodeStatusManager
+from .server import KubeletServer
+from .sources import ApiServerSource, FileSource, PodConfig
+from .types import PodUpdate
 
 log = logging.getLogger("pykubelet.agent")
 
@@ -62,15 +71,6 @@ async def _connect_runtime(runtime: Any, stop: asyncio.Event) -> bool:
 
 async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None) -> int:
     """Run the agent until ``stop`` is set (or a signal arrives); returns the exit code."""
-    from pykubelet.common.apiclient import ApiClient
-    from pykubelet.cri import CRIClient
-
-    from . import metrics
-    from .events import EventRecorder
-    from .nodestatus import NodeStatusManager
-    from .sources import ApiServerSource, FileSource, PodConfig
-    from .types import PodUpdate
-
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
@@ -98,8 +98,6 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None) ->
     try:
         if not await _connect_runtime(runtime, stop):
             return 0
-        from .kubelet import Kubelet
-
         updates: asyncio.Queue[PodUpdate] = asyncio.Queue()
         kubelet = Kubelet(options=options, api=api, runtime=runtime, recorder=recorder, updates=updates)
         await kubelet.start()
@@ -149,13 +147,7 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None) ->
                 loop.remove_signal_handler(sig)
 
 
-def _make_server(**kw: Any) -> Any | None:
-    try:
-        from .server import KubeletServer  # type: ignore[attr-defined]
-    except ImportError as e:
-        log.warning("kubelet HTTP server not available (%s); ports %s/%s not served",
-                    e, kw["options"].config.port, kw["options"].config.healthz_port)
-        return None
+def _make_server(**kw: Any) -> KubeletServer | None:
     if not kw["options"].config.enable_server:
         return None
     return KubeletServer(**kw)

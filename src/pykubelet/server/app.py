@@ -28,7 +28,7 @@ from urllib.parse import unquote
 import yaml
 from aiohttp import web
 
-from pykubelet.server import discovery, protobuf
+from pykubelet.server import discovery, kubeletproxy, protobuf
 from pykubelet.server.auth import PKI, Attributes, Authorizer, TokenAuth, UserInfo, user_from_peercert
 from pykubelet.server.errors import StatusError, bad_request, method_not_allowed
 from pykubelet.server.registry import Registry, RequestContext
@@ -171,7 +171,7 @@ class ApiHttp:
 
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors])
-        app["pki_dir"] = self.pki.dir  # kubeletproxy authenticates to kubelets with a client cert from here
+        app[kubeletproxy.PKI_DIR] = self.pki.dir  # kubeletproxy authenticates to kubelets with a client cert from here
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         return app
 
@@ -484,10 +484,6 @@ class ApiHttp:
 
     async def _proxy(self, request: web.Request, ri: ResourceInfo, info: RequestInfo,
                      ctx: RequestContext) -> web.StreamResponse:
-        try:
-            from pykubelet.server import kubeletproxy  # type: ignore[attr-defined,unused-ignore]
-        except ImportError as e:
-            raise StatusError(503, "ServiceUnavailable", "kubelet proxy is not available") from e
         if ri.resource == "nodes":
             node = self.registry.get(ri, "", info.name)
             if info.subresource != "proxy":

@@ -16,7 +16,7 @@ Upstream's pod REST storage (pkg/registry/core/pod/strategy.go ``LogLocation``/`
 * nodes/{n}/proxy/{path} → the same path on the kubelet (GET and friends), streamed back.
 
 The API server authenticates to the kubelet with its ``apiserver-kubelet-client`` certificate
-(``request.app["pki_dir"]``); like upstream without ``--kubelet-certificate-authority`` it does not
+(``request.app[PKI_DIR]``); like upstream without ``--kubelet-certificate-authority`` it does not
 verify the kubelet's self-signed serving certificate. Failures become Status objects, never
 exceptions escaping to the client.
 """
@@ -61,9 +61,11 @@ def kubelet_base_url(node: dict[str, Any]) -> str | None:
     return f"https://{host}:{int(port)}"
 
 
+PKI_DIR = web.AppKey("pki_dir", Path)
+
+
 def _pki_dir(request: web.Request) -> Path | None:
-    d = request.app.get("pki_dir")
-    return Path(d) if d else None
+    return request.app.get(PKI_DIR)
 
 
 def client_ssl_context(pki_dir: Path | None) -> ssl.SSLContext:

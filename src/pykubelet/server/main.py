@@ -3,8 +3,8 @@
 Start-up order mirrors a kubeadm control plane: PKI and the admin credentials first, then storage
 and the namespaces every cluster has, then the HTTPS listener, then the controllers (each an
 ``X(api).run()`` coroutine talking to this server through ``ApiClient`` with the admin token,
-exactly as upstream controllers use the API and never the storage).  Controllers are imported
-lazily so the API server works without them.
+exactly as upstream controllers use the API and never the storage).  A controller that crashes is
+logged and started again, as kube-controller-manager's would be by its supervisor.
 
 ``--insecure-port-for-tests`` adds a plain-HTTP listener on 127.0.0.1 whose requests are treated
 as ``system:masters`` (like the insecure port older kube-apiservers had); it exists for tests and
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import inspect
 import logging
 import re
 import signal
@@ -27,9 +26,12 @@ from typing import Any
 
 from aiohttp import web
 
+from pykubelet.common.apiclient import ApiClient
 from pykubelet.server.app import ApiHttp
 from pykubelet.server.auth import PKI, Authorizer, TokenAuth, ensure_admin, node_kubeconfig
+from pykubelet.server.nodelifecycle import NodeLifecycleController
 from pykubelet.server.registry import Registry
+from pykubelet.server.scheduler import Scheduler
 from pykubelet.server.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -55,31 +57,29 @@ class ServerHandle:
         return node_kubeconfig(self.data_dir, node_name, self.url)
 
 
-def _controller_classes() -> list[Any]:
-    out = []
-    for mod, cls in (("pykubelet.server.scheduler", "Scheduler"),
-                     ("pykubelet.server.nodelifecycle", "NodeLifecycleController")):
-        try:
-            m = __import__(mod, fromlist=[cls])
-            out.append(getattr(m, cls))
-        except (ImportError, AttributeError) as e:
-            log.info("controller %s.%s not available: %s", mod, cls, e)
-    return out
+CONTROLLERS = ("scheduler", "node-lifecycle")
 
 
-async def _run_controller(cls: Any, url: str, token: str, ca: Path, kwargs: dict[str, Any]) -> None:
-    from pykubelet.common.apiclient import ApiClient
+def _make_controller(name: str, api: ApiClient, kw: dict[str, Any]) -> Scheduler | NodeLifecycleController:
+    """One controller, configured from ``controller_kwargs``."""
+    if name == "scheduler":
+        return Scheduler(api, **{k: kw[k] for k in ("retry_interval",) if k in kw})
+    return NodeLifecycleController(
+        api, **{k: kw[k] for k in ("grace_period", "monitor_period", "eviction_timeout") if k in kw})
 
+
+async def _run_controller(name: str, url: str, token: str, ca: Path, kwargs: dict[str, Any]) -> None:
     api = ApiClient(url, token=token, ca_file=str(ca))
     try:
-        # Each controller takes only the options it knows (one kwargs dict serves them all).
-        params = inspect.signature(cls).parameters
-        ctl = cls(api, **{k: v for k, v in kwargs.items() if k in params})
-        await ctl.run()
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception("controller %s crashed", getattr(cls, "__name__", cls))
+        while True:
+            ctl = _make_controller(name, api, kwargs)
+            try:
+                await ctl.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("controller %s crashed; restarting in 1 s", name)
+            await asyncio.sleep(1.0)
     finally:
         with contextlib.suppress(Exception):
             await api.close()
@@ -94,8 +94,8 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
                      default_unreachable_toleration_seconds: int = 300) -> AsyncIterator[ServerHandle]:
     """Run the API server in this event loop.  ``port=0`` picks a free port.
 
-    ``controller_kwargs`` go to every controller that accepts them by name: ``grace_period``,
-    ``monitor_period`` (node lifecycle), ``retry_interval`` (scheduler), ...
+    ``controller_kwargs``: ``grace_period``, ``monitor_period``, ``eviction_timeout`` (node
+    lifecycle) and ``retry_interval`` (scheduler).
     """
     d = Path(data_dir)
     pki = PKI(d)
@@ -129,9 +129,9 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
     admin_token, kubeconfig = ensure_admin(d, url)
     handle = ServerHandle(url, kubeconfig, admin_token, d, pki.ca_crt, insecure_url, registry, http)
     if controllers:
-        for cls in _controller_classes():
+        for name in CONTROLLERS:
             handle.controllers.append(asyncio.create_task(
-                _run_controller(cls, url, admin_token, pki.ca_crt, controller_kwargs or {})))
+                _run_controller(name, url, admin_token, pki.ca_crt, controller_kwargs or {}), name=name))
     log.info("API server listening on %s", url)
     try:
         yield handle

@@ -26,11 +26,11 @@ import json
 import logging
 import secrets
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pykubelet.server import events_conv, managedfields, schema
+from pykubelet.common import podspec
+from pykubelet.server import events_conv, managedfields, schema, tables
 from pykubelet.server.auth import PKI, Attributes, Authorizer, TokenAuth, UserInfo, csr_subject
 from pykubelet.server.errors import (
     StatusError,
@@ -64,24 +64,6 @@ class RequestContext:
     query: dict[str, str] = field(default_factory=dict)
     dry_run: bool = False
     field_manager: str = ""
-
-
-def _pod_hooks() -> tuple[Callable[..., None] | None, Callable[[Obj, Obj | None], list[tuple[str, str]]] | None]:
-    from pykubelet.common import podspec
-
-    return podspec.default_pod, podspec.validate_pod
-
-
-def _to_table(resource: str, objs: list[Obj], now: dt.datetime) -> dict[str, Any] | None:
-    try:
-        from pykubelet.server import tables
-    except ImportError:
-        return None
-    fn = getattr(tables, "to_table", None)
-    if fn is None:
-        return None
-    result: dict[str, Any] = fn(resource, objs, now=now)
-    return result
 
 
 def _encode_continue(rv: int, key: tuple[str, str]) -> str:
@@ -174,7 +156,7 @@ class Registry:
         now = dt.datetime.now(dt.UTC)
         t: dict[str, Any] | None = None
         try:
-            t = _to_table(ri.resource, objs, now)
+            t = tables.to_table(ri.resource, objs, now=now)
         except Exception:
             log.exception("tables.to_table failed for %s", ri.resource)
             t = None
@@ -283,13 +265,11 @@ class Registry:
         name = (obj.get("metadata") or {}).get("name") or ""
         errs = validate_meta(ri.resource, obj, creating=old is None)
         if not errs and ri.resource == "pods" and ri.group == "":
-            _d, v = _pod_hooks()
-            if v is not None:
-                try:
-                    errs = list(v(obj, old))
-                except Exception as e:  # a validator bug must not become a 500 for bad input
-                    log.exception("validate_pod failed")
-                    errs = [("", f"Invalid value: {type(e).__name__}: {e}")]
+            try:
+                errs = list(podspec.validate_pod(obj, old))
+            except Exception as e:  # a validator bug must not become a 500 for bad input
+                log.exception("validate_pod failed")
+                errs = [("", f"Invalid value: {type(e).__name__}: {e}")]
         if ri.resource == "leases" and not errs:
             spec = obj.get("spec") or {}
             lds = spec.get("leaseDurationSeconds")
@@ -366,14 +346,12 @@ class Registry:
         self._check_namespace(ri, ns)
         # strategy PrepareForCreate
         if ri.resource == "pods" and ri.group == "":
-            d, _v = _pod_hooks()
-            if d is not None:
-                try:
-                    d(obj, not_ready_toleration_seconds=self.default_not_ready_toleration_seconds,
-                      unreachable_toleration_seconds=self.default_unreachable_toleration_seconds)
-                except Exception as e:
-                    log.exception("default_pod failed")
-                    raise invalid(ri.kind, str(meta.get("name", "")), [("", f"Invalid value: {e}")]) from e
+            try:
+                podspec.default_pod(obj, not_ready_toleration_seconds=self.default_not_ready_toleration_seconds,
+                                    unreachable_toleration_seconds=self.default_unreachable_toleration_seconds)
+            except Exception as e:
+                log.exception("default_pod failed")
+                raise invalid(ri.kind, str(meta.get("name", "")), [("", f"Invalid value: {e}")]) from e
             obj.setdefault("status", {}).setdefault("phase", "Pending")
         elif ri.resource == "namespaces":
             obj["spec"] = {"finalizers": ["kubernetes"]}
@@ -426,13 +404,11 @@ class Registry:
         if ri.resource == "pods" and ri.group == "" and sub == "":
             # Type defaults apply on every write (admission only on create), so a PUT that omits
             # defaulted fields is completed before the immutability check rather than rejected.
-            d, _v = _pod_hooks()
-            if d is not None:
-                try:
-                    d(new, admission=False, old=old)
-                except Exception as e:
-                    log.exception("default_pod failed")
-                    raise invalid(ri.kind, name, [("", f"Invalid value: {e}")]) from e
+            try:
+                podspec.default_pod(new, admission=False, old=old)
+            except Exception as e:
+                log.exception("default_pod failed")
+                raise invalid(ri.kind, name, [("", f"Invalid value: {e}")]) from e
         self._validate(ri, new, old)
         self._managed(new, ri, ctx, operation, sub, old=old, written=applied)
         if ctx.dry_run:
