@@ -12,13 +12,27 @@
   is made when the cache is not newer than the worker's last sync);
 - ``sync_pod`` (upstream ``SyncPod``): generate the API status from the runtime view, hand it to the
   status manager, stop if the pod is terminal, else mirror pod for static pods, pod dirs, pod
-  cgroup, then ``RuntimeManager.sync_pod``; ``sync_terminating_pod`` kills with the grace period;
+  cgroup, then ``RuntimeManager.sync_pod``; when that started containers the runtime is re-read at
+  once and the new status handed to the status manager (written immediately), so ``Running``
+  reaches the API without waiting for the next relist; ``sync_terminating_pod`` kills with the
+  grace period (a pod force-deleted from the API is killed with the 1 s minimum);
   ``sync_terminated_pod`` removes the pod cgroup and lets the status manager confirm deletion;
 - **housekeeping** every 2 s (upstream ``HandlePodCleanups``), only once all configured sources
   delivered their first full list: forget finished workers of pods no longer desired and remove
   their containers, kill and remove runtime pods nobody asked for (orphans, e.g. after a restart),
   remove orphaned pod cgroups and pod directories, GC back-off entries;
-- **periodic resync** of every pod each ``sync_frequency``.
+- **periodic resync** of every pod each ``sync_frequency``;
+- **probes** (``prober.ProbeManager``): every pod that is synced gets its probe workers, and every
+  status generation feeds them the runtime view (container id, running, started) first; their
+  started/ready results become the containers' ``started``/``ready`` and so the ContainersReady and
+  Ready conditions; a result change wakes the pod's worker (``on_change``), whose sync then kills a
+  container that failed liveness/startup (``compute_pod_actions(probe_kill=...)``) with the probe's
+  grace period. Probe workers are independent tasks with their own timeouts, never the sync loop;
+- **lifecycle hooks** (``lifecycle.HandlerRunner``) run by the runtime manager: postStart after
+  StartContainer, preStop before StopContainer;
+- **activeDeadlineSeconds** (upstream activeDeadlineHandler): a pod active longer than that since
+  its startTime gets phase Failed, reason DeadlineExceeded and an event, then is killed; its worker is
+  requeued for the deadline so it fires on time.
 
 All state is rebuilt from the runtime (CRI labels/annotations) and the sources, so restarting the
 agent re-adopts running containers without restarting them: their spec hash matches and the
@@ -28,6 +42,7 @@ sandbox is ready, so ``compute_pod_actions`` has nothing to do.
 from __future__ import annotations
 
 import asyncio
+import calendar
 import contextlib
 import copy
 import logging
@@ -41,8 +56,9 @@ from pykubelet.agent import metrics
 from pykubelet.agent.cm.podcgroups import PodCgroupManager
 from pykubelet.agent.images.manager import ImageManager
 from pykubelet.agent.kuberuntime import types as rt_types
-from pykubelet.agent.kuberuntime.actions import backoff_key
+from pykubelet.agent.kuberuntime.actions import ProbeKill, backoff_key
 from pykubelet.agent.kuberuntime.manager import RuntimeManager
+from pykubelet.agent.lifecycle.handlers import HandlerRunner
 from pykubelet.agent.pleg import GenericPLEG, PodStatusCache
 from pykubelet.agent.podworkers import (
     SYNC_CREATE,
@@ -53,6 +69,8 @@ from pykubelet.agent.podworkers import (
     SyncPodResult,
     UpdatePodOptions,
 )
+from pykubelet.agent.prober.manager import ProbeManager, probe_containers
+from pykubelet.agent.prober.results import Result
 from pykubelet.agent.status.generate import generate_api_status, rfc3339
 from pykubelet.agent.status.manager import StatusManager
 from pykubelet.agent.types import PodOp, PodUpdate
@@ -136,8 +154,9 @@ class Kubelet:
             node_name=self.node_name, host_ips=self.host_ips, cgroup_parent=self.cgroups.cgroup_parent,
             lookup=self._lookup if api is not None else None, cluster_dns=list(cfg.cluster_dns),
             cluster_domain=cfg.cluster_domain or "cluster.local", resolv_conf=cfg.resolv_conf,
-            pods_dir=str(self.root_dir / "pods"),
+            pods_dir=str(self.root_dir / "pods"), hooks=HandlerRunner(runtime, recorder),
         )
+        self.probes = ProbeManager(runtime, recorder, on_change=self._on_probe_change)
         self.cache = PodStatusCache()
         self.pleg = GenericPLEG(self.runtime_manager, self.cache, self._on_pleg_event, relist_period=pleg_period)
         self.status_manager = StatusManager(api, reconcile_period=status_reconcile_period)
@@ -204,6 +223,9 @@ class Kubelet:
                 await t
         self._tasks = []
         await self.pod_workers.stop()
+        await self.probes.stop()
+        if self.runtime_manager.hooks is not None:
+            await self.runtime_manager.hooks.close()
         await self.pleg.stop()
         await self.status_manager.stop()
 
@@ -289,7 +311,12 @@ class Kubelet:
                 asyncio.get_running_loop().create_task(
                     self._delete_mirror(md.get("namespace", "default"), md.get("name", "")))
             if self.pod_workers.get(uid) is not None:
-                self.pod_workers.update_pod(UpdatePodOptions(SYNC_KILL, pod))
+                # An API pod only disappears before the agent confirmed its termination when it was
+                # force-deleted (grace 0): upstream's API server first shows the kubelet
+                # deletionGracePeriodSeconds=0, so kill with the shortest grace (1 s), not the spec's.
+                # Static pods removed from the manifest dir keep their own grace period.
+                kill_grace = None if is_static(pod) else 0
+                self.pod_workers.update_pod(UpdatePodOptions(SYNC_KILL, pod, kill_grace=kill_grace))
         elif op == PodOp.RECONCILE:
             if uid in self._pods:
                 self._pods[uid] = pod
@@ -356,6 +383,42 @@ class Kubelet:
         elif st is not None and not st.finished:
             self.pod_workers.update_pod(UpdatePodOptions(SYNC_SYNC, st.pod))
 
+    def _on_probe_change(self, uid: str) -> None:
+        """A probe result changed: re-sync the pod (readiness → status, liveness → kill)."""
+        self._on_pleg_event(uid, ["probe"])
+
+    def _feed_probes(self, pod: Pod, status: rt_types.RuntimePodStatus) -> dict[str, tuple[bool, bool]]:
+        """Give the prober the runtime view, return name → (started, ready) for probed containers."""
+        uid = _uid(pod)
+        views: dict[str, tuple[str, bool, float | None]] = {}
+        for c in probe_containers(pod):
+            cs = status.find_container(c.get("name", ""))
+            if cs is not None:
+                views[cs.name] = (cs.id, cs.state == rt_types.STATE_RUNNING, cs.started_at or None)
+        self.probes.update_pod_status(pod, views, (status.ips or [""])[0])
+        return {n: (self.probes.is_started(uid, n), self.probes.is_ready(uid, n)) for n in views}
+
+    def _probe_kill(self, pod: Pod) -> Any:
+        def decide(name: str, container_id: str) -> ProbeKill | None:
+            d = self.probes.kill_decision(pod, name)
+            # only act on a result about this very container (never on a stale id's)
+            if d is None or self.probes.result_for(d.probe_type, container_id) is not Result.FAILURE:
+                return None
+            return ProbeKill(d.reason, d.message, d.grace_period)
+        return decide
+
+    def _active_deadline_left(self, pod: Pod, status: dict[str, Any]) -> float | None:
+        """Seconds until spec.activeDeadlineSeconds passes (counted from status.startTime), or None."""
+        ads = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+        start = status.get("startTime")
+        if ads is None or not start:
+            return None
+        try:
+            t0 = calendar.timegm(time.strptime(str(start), "%Y-%m-%dT%H:%M:%SZ"))
+        except ValueError:
+            return None
+        return t0 + float(ads) - time.time()
+
     async def _resync_loop(self) -> None:
         while True:
             await asyncio.sleep(max(1.0, self.config.sync_frequency))
@@ -379,9 +442,10 @@ class Kubelet:
         cached = self.status_manager.get_pod_status(uid)
         if cached is not None:
             p = {**pod, "status": cached}
+        probes = self._feed_probes(p, status)
         return generate_api_status(
             p, status, reasons=self.runtime_manager.reasons_for(uid), host_ips=self.host_ips,
-            qos_class=podutil.qos_class(pod), pod_is_terminal=terminal,
+            qos_class=podutil.qos_class(pod), pod_is_terminal=terminal, probes=probes,
         )
 
     def _make_pod_dirs(self, uid: str) -> None:
@@ -396,6 +460,14 @@ class Kubelet:
         self.status_manager.set_pod_status(pod, status)
         if status.get("phase") in ("Succeeded", "Failed"):
             return SyncPodResult(terminal=True)
+        deadline_left = self._active_deadline_left(pod, status)
+        if deadline_left is not None and deadline_left <= 0:
+            msg = "Pod was active on the node longer than the specified deadline"
+            self.recorder.event(pod, "Normal", "DeadlineExceeded", msg)
+            self.status_manager.set_pod_status(
+                pod, {**status, "phase": "Failed", "reason": "DeadlineExceeded", "message": msg})
+            return SyncPodResult(terminal=True)
+        self.probes.add_pod(pod)
         if status.get("phase") == "Running" and uid in self._first_seen:
             metrics.POD_START_DURATION.observe(time.monotonic() - self._first_seen.pop(uid))
         if is_static(pod) and self.mirror is not None:
@@ -408,9 +480,13 @@ class Kubelet:
         except OSError as e:
             log.warning("pod dirs for %s: %s", uid, e)
         await self.cgroups.ensure(pod)
-        result = await self.runtime_manager.sync_pod(pod, rt)
+        result = await self.runtime_manager.sync_pod(pod, rt, probe_kill=self._probe_kill(pod),
+                                                     started=lambda n: self.probes.is_started(uid, n))
         self._last_sync[uid] = time.time()
-        if not result.started and result.actions is not None and not result.actions.kill_pod:
+        if result.started:
+            # report what we just started at once instead of after the next PLEG relist (up to 1 s)
+            rt = await self._refresh_after_start(pod, rt)
+        elif result.actions is not None and not result.actions.kill_pod:
             # nothing changed in the runtime: refresh waiting reasons (CrashLoopBackOff, ...) now
             self.status_manager.set_pod_status(pod, self._generate(pod, rt))
         with contextlib.suppress(Exception):
@@ -427,7 +503,29 @@ class Kubelet:
             requeue = max(0.5, min(remaining, default=1.0) + 0.2)
         elif result.error:
             requeue = 5.0
+        if deadline_left is not None:
+            requeue = min(requeue if requeue is not None else deadline_left + 0.2, deadline_left + 0.2)
         return SyncPodResult(terminal=False, requeue_after=requeue)
+
+    async def _refresh_after_start(self, pod: Pod, rt: rt_types.RuntimePodStatus) -> rt_types.RuntimePodStatus:
+        """Re-read the runtime after starting containers and hand the new status over at once.
+
+        The status manager writes it immediately (no batching), so the first ``Running`` reaches the
+        API a few milliseconds after StartContainer returned; the PLEG's next relist then finds the
+        cache already up to date for this pod.
+        """
+        uid = _uid(pod)
+        try:
+            fresh = await self.runtime_manager.get_pod_status(uid)
+        except Exception as e:
+            log.debug("runtime status of pod %s after start: %s", uid, e)
+            return rt
+        self.cache.set(uid, fresh)
+        status = self._generate(pod, fresh)
+        self.status_manager.set_pod_status(pod, status)
+        if status.get("phase") == "Running" and uid in self._first_seen:
+            metrics.POD_START_DURATION.observe(time.monotonic() - self._first_seen.pop(uid))
+        return fresh
 
     async def sync_terminating_pod(self, pod: Pod, grace: int | None) -> None:
         uid = _uid(pod)
@@ -442,6 +540,7 @@ class Kubelet:
 
     async def sync_terminated_pod(self, pod: Pod) -> None:
         uid = _uid(pod)
+        self.probes.remove_pod(uid)
         await self.cgroups.destroy(uid)
         self.status_manager.terminated(uid)
 
@@ -475,6 +574,7 @@ class Kubelet:
             return
         self.housekeeping_runs += 1
         desired = set(self._pods)
+        self.probes.cleanup_pods(u for u in desired if not self.pod_workers.is_terminated(u))
         # finished workers of pods gone from the config: forget them and remove their containers
         for uid in self.pod_workers.known_uids():
             st = self.pod_workers.get(uid)

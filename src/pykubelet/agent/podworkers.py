@@ -12,7 +12,13 @@ Lifecycle follows upstream's podSyncStatus state machine:
 - ``sync_pod`` runs while the pod should be running; returning ``terminal=True`` (all containers
   finished per restartPolicy) moves the pod to terminating at once;
 - a ``kill`` update or a pod with ``deletionTimestamp`` moves it to terminating with a grace period
-  (``deletionGracePeriodSeconds`` or ``spec.terminationGracePeriodSeconds``; it may only shrink);
+  (upstream ``calculateEffectiveGracePeriod``: ``deletionGracePeriodSeconds`` — the API server's word —
+  or a kill override, else ``spec.terminationGracePeriodSeconds``; it may only shrink and is at least
+  1 s, so ``--grace-period=0 --force`` still sends SIGTERM first);
+- like upstream's ``cancelFn``, a sync in flight is cancelled when the pod becomes terminating (e.g.
+  deleted during a long image pull) or when a running termination's grace period is shortened (a
+  graceful delete followed by ``--grace-period=0 --force``); the worker then runs the kill at once
+  with the new grace period;
 - ``sync_terminating_pod`` stops containers; ``sync_terminated_pod`` cleans up; after that the worker
   ends and further updates for that uid are ignored (a pod never restarts with the same uid) until
   housekeeping calls ``forget`` once the pod left the config.
@@ -25,14 +31,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pykubelet.agent import metrics
 
 log = logging.getLogger(__name__)
 
 Pod = dict[str, Any]
+_T = TypeVar("_T")
 
 SYNC_CREATE = "create"
 SYNC_UPDATE = "update"
@@ -62,12 +70,31 @@ class PodSyncer(Protocol):
     async def sync_terminated_pod(self, pod: Pod) -> None: ...
 
 
+MIN_POD_GRACE = 1  # upstream: "no matter what, we always supply a grace period of 1"
+
+
 def pod_grace(pod: Pod) -> int:
     md, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     if md.get("deletionGracePeriodSeconds") is not None:
-        return int(md["deletionGracePeriodSeconds"])
+        return max(MIN_POD_GRACE, int(md["deletionGracePeriodSeconds"]))
     g = spec.get("terminationGracePeriodSeconds")
-    return 30 if g is None else int(g)
+    return 30 if g is None else max(MIN_POD_GRACE, int(g))
+
+
+def effective_grace(current: int | None, pod: Pod, override: int | None = None) -> int:
+    """Upstream calculateEffectiveGracePeriod: the grace period only shrinks; the API server's
+    ``deletionGracePeriodSeconds`` and a kubelet override (eviction, ...) apply when shorter; the
+    pod's own ``terminationGracePeriodSeconds`` only when nothing else said anything; never < 1."""
+    grace = current or 0
+    overridden = False
+    dgps = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
+    for value in (dgps, override):
+        if value is not None and (grace == 0 or int(value) < grace):
+            grace, overridden = int(value), True
+    if not overridden and grace == 0:
+        g = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        grace = 30 if g is None else int(g)
+    return max(MIN_POD_GRACE, grace)
 
 
 @dataclass
@@ -87,6 +114,7 @@ class PodSyncStatus:
     errors: int = 0
     syncing: bool = False
     timer: asyncio.TimerHandle | None = None
+    inflight: asyncio.Task[Any] | None = None  # the sync being run (cancelled like upstream's cancelFn)
 
     @property
     def state(self) -> str:
@@ -141,14 +169,22 @@ class PodWorkers:
         if opts.mirror_pod is not None:
             st.mirror_pod = opts.mirror_pod
         deleting = bool((opts.pod.get("metadata") or {}).get("deletionTimestamp"))
+        cancel = False
         if opts.update_type == SYNC_KILL or deleting:
-            grace = opts.kill_grace if opts.kill_grace is not None else pod_grace(opts.pod)
-            st.grace = grace if st.grace is None else min(st.grace, grace)
+            grace = effective_grace(st.grace, opts.pod, opts.kill_grace)
+            if st.terminated_at is None:
+                # becoming terminating cancels a sync in flight; a shorter grace period restarts
+                # the termination in flight (not once it is done: the containers are stopped)
+                cancel = st.terminating_at is None or (st.grace is not None and grace < st.grace)
+            st.grace = grace
             if st.terminating_at is None:
                 st.terminating_at = time.monotonic()
         if st.pending is None or opts.update_type != SYNC_SYNC:
             st.pending = opts
         st.wake.set()
+        if cancel and st.inflight is not None and not st.inflight.done():
+            log.info("pod %s: cancelling the sync in flight (terminating, grace %ss)", uid, st.grace)
+            st.inflight.cancel()
         if st.task is None or st.task.done():
             st.task = asyncio.get_running_loop().create_task(self._worker(st), name=f"pod-worker-{uid}")
 
@@ -202,7 +238,11 @@ class PodWorkers:
             t0 = time.monotonic()
             try:
                 if state == "syncing":
-                    result = await self.syncer.sync_pod(opts.update_type, st.pod, st.mirror_pod)
+                    result = await self._run_cancellable(
+                        st, self.syncer.sync_pod(opts.update_type, st.pod, st.mirror_pod))
+                    if result is None:  # cancelled: the pod became terminating meanwhile
+                        self._kick(st)
+                        continue
                     metrics.POD_WORKER_DURATION.labels(opts.update_type).observe(time.monotonic() - t0)
                     if result.terminal and st.terminating_at is None:
                         st.terminating_at = time.monotonic()
@@ -210,7 +250,10 @@ class PodWorkers:
                     elif result.requeue_after is not None:
                         self._schedule(st, result.requeue_after)
                 elif state == "terminating":
-                    await self.syncer.sync_terminating_pod(st.pod, st.grace)
+                    done = await self._run_cancellable(st, self._terminate(st))
+                    if done is None:  # cancelled: run again with the shortened grace period
+                        self._kick(st)
+                        continue
                     st.terminated_at = time.monotonic()
                     self._kick(st)
                 else:
@@ -227,6 +270,25 @@ class PodWorkers:
             finally:
                 st.syncing = False
                 st.last_sync = time.time()
+
+    async def _terminate(self, st: PodSyncStatus) -> bool:
+        await self.syncer.sync_terminating_pod(st.pod, st.grace)
+        return True
+
+    async def _run_cancellable(self, st: PodSyncStatus, coro: Coroutine[Any, Any, _T]) -> _T | None:
+        """Run one sync as its own task so ``update_pod`` can cancel it; None when it was cancelled
+        that way (a cancellation of the worker itself propagates)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        st.inflight = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            return None
+        finally:
+            st.inflight = None
 
     def _kick(self, st: PodSyncStatus) -> None:
         if st.pending is None:

@@ -107,7 +107,10 @@ def auths_from_secrets(secrets: list[dict[str, Any]], image: str) -> list[pb.Aut
                     user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
                 except (ValueError, TypeError):
                     continue
-            out.append(pb.AuthConfig(username=user, password=password, server_address=host,
+            # no server_address: containerd 1.6 url.Parse()s it and compares the URL's host with
+            # the endpoint it contacts, so a bare "host:port" (or docker.io vs registry-1.docker.io)
+            # would silently drop the credentials; the registry was matched above already
+            out.append(pb.AuthConfig(username=user, password=password,
                                      identity_token=entry.get("identitytoken", ""),
                                      registry_token=entry.get("registrytoken", "")))
     return out

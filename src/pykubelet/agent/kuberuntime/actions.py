@@ -17,6 +17,13 @@ Pure decision logic, no I/O: ``compute_pod_actions(pod, status, now=..., backoff
    container whose spec hash changed is killed and restarted; unknown-state ones are killed first.
 5. Nothing to keep and nothing to start → kill the pod (sandbox goes away when a pod completes).
 
+Probes (upstream liveness/startup managers): ``probe_kill(name, container_id)`` says whether a *running*
+container failed its liveness or startup probe. Such a container is killed with the probe's message
+("Container X failed liveness probe, will be restarted" when restartPolicy is not Never) and, if the
+policy allows, restarted in the same sync; the probe-level ``terminationGracePeriodSeconds`` travels
+in ``ContainerToKill.grace``. A running sidecar whose startup probe has not succeeded yet
+(``started(name)`` False) holds back the next init container, like upstream.
+
 CrashLoopBackOff (upstream ``doBackOff``): a dead container is restarted only when
 ``backoff.is_in_backoff_since(key, finished_at)`` is False; key = pod name/namespace/uid + container
 name + spec hash. Containers held back are reported in ``PodActions.backoff`` (name → message) and
@@ -26,6 +33,7 @@ still count as "to start" so the pod is not torn down. The executor calls
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +58,20 @@ class ContainerToKill:
     name: str
     message: str
     reason: str = ""
+    grace: int | None = None  # probe-level terminationGracePeriodSeconds overrides the pod's
+
+
+@dataclass(frozen=True)
+class ProbeKill:
+    """A running container failed liveness/startup: why, and the probe's grace period (if set)."""
+
+    reason: str  # "LivenessProbe" / "StartupProbe"
+    message: str  # "Container X failed liveness probe"
+    grace: int | None = None
+
+
+ProbeKillFunc = Callable[[str, str], "ProbeKill | None"]  # (container name, runtime id) -> kill?
+StartedFunc = Callable[[str], bool]  # container name -> startup probe passed (or none defined)
 
 
 @dataclass
@@ -181,12 +203,20 @@ def has_any_regular_container_created(pod: Pod, status: RuntimePodStatus) -> boo
 
 
 class _Planner:
-    def __init__(self, pod: Pod, status: RuntimePodStatus, now: float, backoff: Backoff) -> None:
+    def __init__(self, pod: Pod, status: RuntimePodStatus, now: float, backoff: Backoff,
+                 probe_kill: ProbeKillFunc | None = None, started: StartedFunc | None = None) -> None:
         self.pod = pod
         self.status = status
         self.now = now
         self.backoff = backoff
+        self.probe_kill = probe_kill
+        self.started = started
         self.actions = PodActions()
+
+    def probe_failed(self, cs: ContainerRuntimeStatus) -> ProbeKill | None:
+        if self.probe_kill is None or cs.state != STATE_RUNNING:
+            return None
+        return self.probe_kill(cs.name, cs.id)
 
     def start(self, container: dict[str, Any], *, init: bool) -> None:
         """Schedule a start unless the container is in crash-loop back-off."""
@@ -229,6 +259,17 @@ class _Planner:
                         self.start(ic, init=True)
                         if not previously_initialized:
                             return False
+                    elif (pk := self.probe_failed(cs)) is not None:
+                        # sidecars always restart, whatever the pod's restartPolicy
+                        self.actions.containers_to_kill[cs.id] = ContainerToKill(
+                            name, f"Init {pk.message[0].lower()}{pk.message[1:]}",
+                            pk.reason, pk.grace,
+                        )
+                        self.start(ic, init=True)
+                        if not previously_initialized:
+                            return False
+                    elif self.started is not None and not self.started(name) and not previously_initialized:
+                        return False  # wait for its startup probe before the next init container
                     continue
                 if (self.pod.get("metadata") or {}).get("deletionTimestamp"):
                     return False
@@ -301,6 +342,15 @@ class _Planner:
                 a.containers_to_kill[cs.id] = ContainerToKill(name, f"Container {name} definition changed")
                 self.start(c, init=False)
                 continue
+            pk = self.probe_failed(cs)
+            if pk is not None:
+                # upstream: restart unless restartPolicy Never; say so in the Killing event
+                restart = policy != "Never"
+                msg = f"{pk.message}, will be restarted" if restart else pk.message
+                a.containers_to_kill[cs.id] = ContainerToKill(name, msg, pk.reason, pk.grace)
+                if restart:
+                    self.start(c, init=False)
+                continue
             keep += 1
         if keep == 0 and not a.containers_to_start and not a.backoff:
             # Nothing to keep, nothing to start: kill the whole pod (sidecars go with it).
@@ -310,6 +360,27 @@ class _Planner:
 
 
 def compute_pod_actions(
-    pod: Pod, pod_status: RuntimePodStatus, *, now: float, backoff: Backoff
+    pod: Pod, pod_status: RuntimePodStatus, *, now: float, backoff: Backoff,
+    probe_kill: ProbeKillFunc | None = None, started: StartedFunc | None = None,
 ) -> PodActions:
-    return _Planner(pod, pod_status, now, backoff).compute()
+    return _Planner(pod, pod_status, now, backoff, probe_kill, started).compute()
+
+
+def termination_dependencies(pod: Pod | None, names: list[str]) -> dict[str, set[str]]:
+    """Which containers must be gone before each one may be stopped (upstream terminationOrdering).
+
+    Regular containers (and regular init containers) stop at once, in parallel. Sidecars stop after
+    every regular container and after every sidecar declared *later* than them, i.e. in reverse
+    start order, so a logging or proxy sidecar outlives the app it serves. Only ``names`` (the
+    containers being stopped) are considered; without a pod every container stops at once.
+    """
+    deps: dict[str, set[str]] = {n: set() for n in names}
+    if pod is None:
+        return deps
+    sidecars = [c.get("name", "") for c in _spec(pod).get("initContainers") or [] if is_sidecar(c)]
+    present = set(names)
+    regular = {n for n in names if n not in sidecars}
+    for i, sc in enumerate(sidecars):
+        if sc in present:
+            deps[sc] = regular | {later for later in sidecars[i + 1:] if later in present}
+    return deps

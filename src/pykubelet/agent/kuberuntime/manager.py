@@ -7,8 +7,16 @@
   containers (pull → create → start), recording events with upstream reasons and messages and a
   per-container "reason cache" (CrashLoopBackOff, ErrImagePull, ImagePullBackOff,
   CreateContainerConfigError, ...) that the status generator shows as Waiting reasons.
-- ``kill_pod(...)``: StopContainer with the grace period for every running container in parallel
-  (the runtime sends SIGTERM then SIGKILL at the deadline), then StopPodSandbox.
+- ``kill_pod(...)``: stop every running container with the grace period, then StopPodSandbox.
+  Per container (upstream killContainer): event Killing, the preStop hook within the grace period
+  (Warning FailedPreStopHook on failure), then StopContainer with the grace *left* (at least 2 s):
+  containerd sends the image's STOPSIGNAL (SIGTERM by default) and SIGKILL when it runs out.
+  Regular containers stop in parallel; sidecars after them, in reverse order
+  (``termination_dependencies``). A kill still running 1.5 x grace later (at least 10 s) emits
+  Warning ExceededGracePeriod, as upstream's pod workers do.
+- postStart (upstream startContainer): right after StartContainer; a failure emits Warning
+  FailedPostStartHook, kills the container ("FailedPostStartHook") and leaves reason
+  PostStartHookError so the container goes through the normal crash-loop back-off.
 - ``gc_pod``/``remove_pod``: remove dead containers, keeping the newest dead one per container name
   (for ``lastState`` and ``logs --previous``), and dead sandboxes (upstream container_gc.go).
 """
@@ -16,6 +24,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -30,9 +39,12 @@ from pykubelet.agent.kuberuntime import podconfig
 from pykubelet.agent.kuberuntime import types as t
 from pykubelet.agent.kuberuntime.actions import (
     PodActions,
+    ProbeKillFunc,
+    StartedFunc,
     backoff_key,
     compute_pod_actions,
     format_pod,
+    termination_dependencies,
 )
 from pykubelet.agent.kuberuntime.backoff import Backoff
 from pykubelet.cri import CRIError, pb
@@ -47,6 +59,15 @@ _STATE = {
     pb.CONTAINER_RUNNING: t.STATE_RUNNING,
     pb.CONTAINER_EXITED: t.STATE_EXITED,
 }
+
+
+def _find_spec(pod: Pod | None, name: str) -> dict[str, Any] | None:
+    """The container (app or init) called ``name`` in the pod spec, for its lifecycle hooks."""
+    spec = (pod or {}).get("spec") or {}
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        if c.get("name") == name:
+            return dict(c)
+    return None
 
 
 def _sec(ns: int) -> float:
@@ -150,6 +171,7 @@ class RuntimeManager:
         runtime_handler: str = "",
         pods_dir: str | None = None,
         extra_mounts: Any = None,
+        hooks: Any = None,
     ) -> None:
         self.runtime = runtime
         self.images = images
@@ -166,6 +188,7 @@ class RuntimeManager:
         self.runtime_handler = runtime_handler
         self.pods_dir = pods_dir  # <root_dir>/pods: termination-message files live below it
         self.extra_mounts = extra_mounts  # optional (pod, container) -> list[pb.Mount] (volumes)
+        self.hooks = hooks  # lifecycle.HandlerRunner (postStart / preStop), None = no hooks
         self.memory_capacity = _memory_capacity()
         self.node_allocatable = {"cpu": Decimal(os.cpu_count() or 1), "memory": Decimal(self.memory_capacity)}
         self.reasons: dict[str, dict[str, tuple[str, str]]] = {}  # uid → container → (reason, message)
@@ -274,8 +297,10 @@ class RuntimeManager:
             cluster_dns=self.cluster_dns, cluster_domain=self.cluster_domain, resolv_conf=self.resolv_conf,
         )
 
-    async def sync_pod(self, pod: Pod, status: t.RuntimePodStatus) -> SyncResult:
-        actions = compute_pod_actions(pod, status, now=time.time(), backoff=self.backoff)
+    async def sync_pod(self, pod: Pod, status: t.RuntimePodStatus, *, probe_kill: ProbeKillFunc | None = None,
+                       started: StartedFunc | None = None) -> SyncResult:
+        actions = compute_pod_actions(pod, status, now=time.time(), backoff=self.backoff,
+                                      probe_kill=probe_kill, started=started)
         result = SyncResult(actions=actions)
         if actions.is_noop() and not actions.backoff:
             return result
@@ -285,7 +310,11 @@ class RuntimeManager:
                 await self.kill_pod(pod, status, podconfig.termination_grace(pod), reason="")
         else:
             await asyncio.gather(*(
-                self._kill_container(pod, cid, info.name, podconfig.termination_grace(pod), info.message)
+                self._kill_container(
+                    pod, cid, info.name,
+                    info.grace if info.grace is not None else podconfig.termination_grace(pod),
+                    info.message, container=_find_spec(pod, info.name), pod_ip=(status.ips or [""])[0],
+                )
                 for cid, info in actions.containers_to_kill.items()
             ))
         for name, msg in actions.backoff.items():
@@ -399,6 +428,16 @@ class RuntimeManager:
         self.recorder.event(pod, "Normal", "Started", f"Started container {name}")
         metrics.STARTED_CONTAINERS.labels(kind).inc()
         self._clear_reason(pod, name)
+        if self.hooks is not None and (container.get("lifecycle") or {}).get("postStart"):
+            msg = await self.hooks.run_post_start(pod, container, cid, pod_ip=(pod_ips or [""])[0])
+            if msg:
+                self.recorder.event(pod, "Warning", "FailedPostStartHook", msg)
+                with contextlib.suppress(Exception):
+                    await self._kill_container(pod, cid, name, podconfig.termination_grace(pod),
+                                               "FailedPostStartHook", container=None)
+                self._set_reason(pod, name, "PostStartHookError", msg)
+                metrics.STARTED_CONTAINERS_ERRORS.labels(kind, "PostStartHookError").inc()
+                return False
         return True
 
     def _termination_message_file(self, pod: Pod, name: str) -> str:
@@ -414,10 +453,25 @@ class RuntimeManager:
         return path
 
     # ------------------------------------------------------------------ killing / cleanup
-    async def _kill_container(self, pod: Pod | None, cid: str, name: str, grace: int, message: str = "") -> None:
-        grace = max(MIN_GRACE, grace) if grace > 0 else 0
+    async def _kill_container(
+        self, pod: Pod | None, cid: str, name: str, grace: int, message: str = "", *,
+        container: dict[str, Any] | None = None, pod_ip: str = "",
+        wait_for_turn: Any = None,
+    ) -> None:
+        """Upstream killContainer: event, preStop within the grace, wait for our turn, StopContainer."""
+        start = time.monotonic()
         if pod is not None:
             self.recorder.event(pod, "Normal", "Killing", message or f"Stopping container {name}")
+        left = float(grace)
+        if (pod is not None and container is not None and self.hooks is not None and grace > 0
+                and (container.get("lifecycle") or {}).get("preStop")):
+            left = await self.hooks.run_pre_stop(pod, container, cid, pod_ip=pod_ip, grace_seconds=float(grace))
+        if wait_for_turn is not None and left > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await wait_for_turn()
+            left = grace - int(time.monotonic() - start)
+        grace = max(MIN_GRACE, int(left)) if grace > 0 else 0
         try:
             await self.runtime.stop_container(cid, grace)
         except CRIError as e:
@@ -432,11 +486,36 @@ class RuntimeManager:
         running = [c for c in status.containers if c.state in (t.STATE_RUNNING, t.STATE_CREATED, t.STATE_UNKNOWN)]
         if grace is None:
             grace = podconfig.termination_grace(pod) if pod is not None else 30
-        results = await asyncio.gather(
-            *(self._kill_container(pod if c.state == t.STATE_RUNNING else None, c.id, c.name, grace)
-              for c in running),
-            return_exceptions=True,
-        )
+        deps = termination_dependencies(pod, [c.name for c in running])
+        done = {c.name: asyncio.Event() for c in running}
+        pod_ip = (status.ips or [""])[0]
+
+        def turn(name: str) -> Any:
+            async def wait() -> None:
+                for d in deps.get(name, ()):
+                    await done[d].wait()
+            return wait if deps.get(name) else None
+
+        async def kill_one(c: t.ContainerRuntimeStatus, g: int) -> None:
+            try:
+                await self._kill_container(
+                    pod if c.state == t.STATE_RUNNING else None, c.id, c.name, g,
+                    container=_find_spec(pod, c.name) if pod is not None and c.state == t.STATE_RUNNING else None,
+                    pod_ip=pod_ip, wait_for_turn=turn(c.name))
+            finally:
+                done[c.name].set()
+
+        watchdog: asyncio.TimerHandle | None = None
+        if pod is not None and running:
+            # upstream pod workers: a kill that outlives 1.5 x grace (min 10 s) is reported
+            watchdog = asyncio.get_running_loop().call_later(
+                max(10.0, grace * 1.5), self.recorder.event, pod, "Warning", "ExceededGracePeriod",
+                "Container runtime did not kill the pod within specified grace period.")
+        try:
+            results = await asyncio.gather(*(kill_one(c, grace) for c in running), return_exceptions=True)
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
         errors = [r for r in results if isinstance(r, BaseException)]
         for sb in status.sandboxes:
             if not sb.ready:

@@ -101,6 +101,7 @@ class Worker:
         self.trigger = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.probes_run = 0
+        self.last_run: float | None = None  # clock() when the last probe started (lateness metric)
 
     @property
     def key(self) -> tuple[str, str, ProbeType]:
@@ -167,6 +168,10 @@ class Worker:
             return True
 
         self.probes_run += 1
+        now = m.clock()
+        if self.last_run is not None:
+            metrics.PROBE_LATENESS.labels(self.probe_type.value).observe(max(0.0, now - self.last_run - self.period))
+        self.last_run = now
         labels = dict(probe_type=self.probe_type.value, container=self.name,
                       pod=str((pod.get("metadata") or {}).get("name", "")),
                       namespace=str((pod.get("metadata") or {}).get("namespace", "")))

@@ -72,7 +72,10 @@ def container_statuses(
     default_reason: str,
     *,
     init: bool,
+    probes: Mapping[str, tuple[bool, bool]] | None = None,
 ) -> list[dict[str, Any]]:
+    """``probes``: name → (started, ready) from the prober for running containers; without an entry
+    a running container counts as started and ready (no probes)."""
     out = []
     for c in containers:
         name = c.get("name", "")
@@ -94,11 +97,13 @@ def container_statuses(
             st["containerID"] = latest.container_id
             st["imageID"] = latest.image_ref or latest.image_id
             running = latest.state == STATE_RUNNING
-            st["started"] = running
+            started, ready = (probes or {}).get(name, (True, True)) if running else (False, False)
+            st["started"] = started
             if init and c.get("restartPolicy") != "Always":
+                st["started"] = running
                 st["ready"] = latest.state == STATE_EXITED and latest.exit_code == 0
             else:
-                st["ready"] = running
+                st["ready"] = ready
             previous = next((p for p in all_[1:] if p.state == STATE_EXITED), None)
             if previous is not None:
                 st["lastState"] = {"terminated": _terminated(previous)}
@@ -206,6 +211,7 @@ def generate_api_status(
     qos_class: str | None = None,
     now: float | None = None,
     pod_is_terminal: bool = False,
+    probes: Mapping[str, tuple[bool, bool]] | None = None,
 ) -> dict[str, Any]:
     """The full API status the kubelet wants for ``pod`` (upstream generateAPIPodStatus)."""
     reasons = reasons or {}
@@ -214,13 +220,15 @@ def generate_api_status(
     old: dict[str, Any] = copy.deepcopy(pod.get("status") or {})
     inits = spec.get("initContainers") or []
     conts = spec.get("containers") or []
-    init_statuses = container_statuses(pod, inits, runtime, reasons, "PodInitializing", init=True)
+    init_statuses = container_statuses(pod, inits, runtime, reasons, "PodInitializing", init=True, probes=probes)
     # App containers wait in PodInitializing while regular init containers have not completed.
     init_pending = any(not s["ready"] for s in init_statuses) and not any(
         runtime.find_container(c.get("name", "")) for c in conts
     )
+    # Upstream: app containers of a pod with init containers wait in PodInitializing until created.
     statuses = container_statuses(
-        pod, conts, runtime, reasons, "PodInitializing" if init_pending else "ContainerCreating", init=False
+        pod, conts, runtime, reasons, "PodInitializing" if init_pending or inits else "ContainerCreating",
+        init=False, probes=probes,
     )
     phase = get_phase(pod, init_statuses, statuses)
     old_phase = old.get("phase")

@@ -1,0 +1,177 @@
+"""Benchmark 5: probe load — 100 pods, each with an exec readiness and an exec liveness probe every 1 s.
+
+Why on the fake CRI runtime: the question is what the *agent* pays for 200 probe workers (one asyncio
+task each, ExecSync round trips, result caching, status updates), not how fast runc can exec. So
+``pykubelet fakecri`` (in-memory CRI over gRPC; ExecSync succeeds at once) stands in for containerd,
+with ``pykubelet server`` + ``pykubelet agent --container-runtime-endpoint unix://<fake>``.
+
+Measured once all 100 pods are Running and Ready:
+
+* **agent CPU** over ``--hold`` seconds (default 60): utime+stime delta from ``/proc/<pid>/stat`` as
+  a percentage of one core. Target < 10 %.
+* **probe lateness**: the agent's ``pykubelet_prober_probe_lateness_seconds`` histogram (every probe
+  run after a worker's first: start time minus previous start minus the period), scraped from the
+  kubelet's ``/metrics`` through the API server's node proxy before and after the hold; the delta is
+  the hold window. Target: no probe late by more than one period (1 s), i.e. the ``le=1.0`` bucket
+  holds every observation. Also reported: the probe count (expected ≈ 200/s).
+
+Usage: ``.venv/bin/python bench/bench_probes.py [--pods 100] [--hold 60] [--json out.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (
+    NAMESPACE,
+    NODE_NAME,
+    SRC,
+    Cluster,
+    cpu_seconds,
+    delete_pods,
+    log,
+    pod_manifest,
+    pods_path_rv,
+    save_json,
+)
+
+TARGET_CPU_PCT = 10.0
+PERIOD = 1
+
+
+def probe_pod(name: str) -> dict[str, Any]:
+    pod = pod_manifest(name)
+    c = pod["spec"]["containers"][0]
+    probe = {"exec": {"command": ["true"]}, "periodSeconds": PERIOD}
+    c["readinessProbe"] = dict(probe)
+    c["livenessProbe"] = dict(probe)
+    pod["spec"]["terminationGracePeriodSeconds"] = 1
+    pod["spec"]["nodeName"] = NODE_NAME  # bound up front: measure the agent, not the scheduler
+    return pod
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conds = {c.get("type"): c.get("status") for c in (pod.get("status") or {}).get("conditions") or []}
+    return conds.get("Ready") == "True"
+
+
+async def wait_ready(cluster: Cluster, names: set[str], within: float = 300) -> float:
+    assert cluster.api is not None
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < within:
+        lst = await cluster.api.list(f"/api/v1/namespaces/{NAMESPACE}/pods")
+        n = sum(1 for p in lst.get("items", []) if p["metadata"]["name"] in names and ready(p))
+        if n == len(names):
+            return time.monotonic() - t0
+        await asyncio.sleep(1)
+    raise TimeoutError("pods did not all become Ready")
+
+
+def scrape(kubeconfig: Path) -> dict[str, float]:
+    """Lateness histogram buckets (summed over probe types) and probe count from the agent /metrics."""
+    out = subprocess.run(
+        ["kubectl", f"--kubeconfig={kubeconfig}", "get", "--raw", f"/api/v1/nodes/{NODE_NAME}/proxy/metrics"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    vals: dict[str, float] = {}
+    for line in out.splitlines():
+        m = re.match(r'pykubelet_prober_probe_lateness_seconds_(bucket|count|sum)\{(.*?)\} (\S+)', line)
+        if m:
+            le = re.search(r'le="([^"]+)"', m.group(2))
+            key = f"le={le.group(1)}" if le else m.group(1)
+            vals[key] = vals.get(key, 0.0) + float(m.group(3))
+        m = re.match(r'prober_probe_total\{.*?\} (\S+)', line)
+        if m:
+            vals["probes"] = vals.get("probes", 0.0) + float(m.group(1))
+    return vals
+
+
+def start_fakecri(sock: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "pykubelet", "fakecri", "--listen", f"unix://{sock}"],
+                                stdout=out, stderr=subprocess.STDOUT,
+                                env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}, start_new_session=True)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="pkp-", dir="/tmp"))
+    sock = tmp / "fakecri.sock"
+    fake = start_fakecri(sock, tmp / "fakecri.log")
+    cluster = Cluster(SimpleNamespace(endpoint=f"unix://{sock}"), tmp / "data")  # type: ignore[arg-type]
+    result: dict[str, Any] = {"pods": args.pods, "hold_s": args.hold, "period_s": PERIOD}
+    names = [f"probe-{i:03d}" for i in range(args.pods)]
+    try:
+        for _ in range(100):
+            if sock.exists():
+                break
+            await asyncio.sleep(0.1)
+        await cluster.start()
+        assert cluster.api is not None
+        await pods_path_rv(cluster.api)
+        await asyncio.gather(*(cluster.api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", probe_pod(n))
+                               for n in names))
+        result["all_ready_s"] = round(await wait_ready(cluster, set(names)), 2)
+        log(f"{args.pods} pods Ready in {result['all_ready_s']} s; holding {args.hold} s")
+        await asyncio.sleep(5)  # let the start-up burst settle
+        kubeconfig = cluster.data_dir / "kubeconfig"
+        before = await asyncio.to_thread(scrape, kubeconfig)
+        pid = cluster.pid("agent")
+        c0, t0 = cpu_seconds(pid), time.monotonic()
+        await asyncio.sleep(args.hold)
+        c1, t1 = cpu_seconds(pid), time.monotonic()
+        after = await asyncio.to_thread(scrape, kubeconfig)
+        delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+        n = delta.get("count", 0.0)
+        result["agent_cpu_pct"] = round(100 * (c1 - c0) / (t1 - t0), 2)
+        result["probes_per_s"] = round(delta.get("probes", 0.0) / (t1 - t0), 1)
+        result["lateness_observations"] = int(n)
+        result["lateness_mean_ms"] = round(1000 * delta.get("sum", 0.0) / n, 1) if n else None
+        result["late_over_100ms"] = int(n - delta.get("le=0.1", 0.0))
+        result["late_over_one_period"] = int(n - delta.get("le=1.0", 0.0))
+        result["cpu_target_met"] = result["agent_cpu_pct"] < TARGET_CPU_PCT
+        result["lateness_target_met"] = result["late_over_one_period"] == 0 and n > 0
+        log(f"result: {result}")
+        await delete_pods(cluster.api, names)
+    except Exception:
+        traceback.print_exc()
+        result["error"] = traceback.format_exc()
+    finally:
+        await cluster.stop()
+        if fake.poll() is None:
+            fake.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                fake.wait(10)
+            if fake.poll() is None:
+                fake.kill()
+                fake.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pods", type=int, default=100)
+    p.add_argument("--hold", type=float, default=60.0)
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    result = asyncio.run(run(args))
+    save_json(args.json, result)
+    return 0 if result.get("cpu_target_met") and result.get("lateness_target_met") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

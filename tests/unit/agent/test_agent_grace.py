@@ -1,0 +1,108 @@
+"""Termination grace periods in the pod workers (upstream calculateEffectiveGracePeriod + cancelFn)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pykubelet.agent.podworkers import (
+    SYNC_CREATE,
+    SYNC_KILL,
+    SYNC_UPDATE,
+    PodWorkers,
+    SyncPodResult,
+    UpdatePodOptions,
+    effective_grace,
+)
+
+
+def pod(uid: str = "a", *, spec_grace: int | None = 30, **md: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if spec_grace is not None:
+        spec["terminationGracePeriodSeconds"] = spec_grace
+    return {"metadata": {"uid": uid, "name": uid, "namespace": "d", **md}, "spec": spec}
+
+
+def test_effective_grace_follows_upstream() -> None:
+    assert effective_grace(None, pod()) == 30
+    assert effective_grace(None, pod(spec_grace=None)) == 30
+    assert effective_grace(None, pod(spec_grace=5)) == 5
+    # the API server's deletionGracePeriodSeconds wins, even 0 (then the 1 s floor applies)
+    assert effective_grace(None, pod(deletionGracePeriodSeconds=3)) == 3
+    assert effective_grace(None, pod(deletionGracePeriodSeconds=0)) == 1
+    # a kubelet override applies when shorter; the grace period never grows back
+    assert effective_grace(None, pod(), 0) == 1
+    assert effective_grace(None, pod(), 40) == 40
+    assert effective_grace(10, pod(deletionGracePeriodSeconds=20)) == 10
+    assert effective_grace(10, pod(), 40) == 10
+    assert effective_grace(10, pod(deletionGracePeriodSeconds=2)) == 2
+    assert effective_grace(None, pod(spec_grace=0)) == 1
+
+
+class SlowSyncer:
+    """sync_terminating_pod sleeps for the grace period it gets (like StopContainer would)."""
+
+    def __init__(self) -> None:
+        self.graces: list[int | None] = []
+        self.started = asyncio.Event()
+        self.terminated = asyncio.Event()
+        self.pull = asyncio.Event()  # sync_pod blocks on it, like a long image pull
+        self.syncs_finished = 0
+
+    async def sync_pod(self, update_type: str, p: dict[str, Any], mirror: Any) -> SyncPodResult:
+        self.started.set()
+        await self.pull.wait()
+        self.syncs_finished += 1
+        return SyncPodResult()
+
+    async def sync_terminating_pod(self, p: dict[str, Any], grace: int | None) -> None:
+        self.graces.append(grace)
+        await asyncio.sleep(grace or 0)
+
+    async def sync_terminated_pod(self, p: dict[str, Any]) -> None:
+        self.terminated.set()
+
+
+async def test_shorter_grace_cancels_the_termination_in_flight() -> None:
+    s = SlowSyncer()
+    s.pull.set()
+    w = PodWorkers(s)
+    w.update_pod(UpdatePodOptions(SYNC_CREATE, pod()))
+    await asyncio.wait_for(s.started.wait(), 5)
+    w.update_pod(UpdatePodOptions(SYNC_UPDATE, pod(deletionTimestamp="t", deletionGracePeriodSeconds=30)))
+    await asyncio.sleep(0.1)
+    assert s.graces == [30]
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    # force delete: the pod disappears from the API, the kubelet kills with the shortest grace
+    w.update_pod(UpdatePodOptions(SYNC_KILL, pod(deletionTimestamp="t", deletionGracePeriodSeconds=30),
+                                  kill_grace=0))
+    await asyncio.wait_for(s.terminated.wait(), 5)
+    assert s.graces == [30, 1]
+    assert loop.time() - t0 < 3
+    await w.stop()
+
+
+async def test_deletion_cancels_a_sync_in_flight() -> None:
+    s = SlowSyncer()  # the pull never finishes
+    w = PodWorkers(s)
+    w.update_pod(UpdatePodOptions(SYNC_CREATE, pod()))
+    await asyncio.wait_for(s.started.wait(), 5)
+    w.update_pod(UpdatePodOptions(SYNC_UPDATE, pod(deletionTimestamp="t", deletionGracePeriodSeconds=0)))
+    await asyncio.wait_for(s.terminated.wait(), 5)
+    assert s.graces == [1] and s.syncs_finished == 0
+    await w.stop()
+
+
+async def test_same_grace_does_not_restart_the_termination() -> None:
+    s = SlowSyncer()
+    s.pull.set()
+    w = PodWorkers(s)
+    w.update_pod(UpdatePodOptions(SYNC_CREATE, pod(spec_grace=1)))
+    await asyncio.wait_for(s.started.wait(), 5)
+    w.update_pod(UpdatePodOptions(SYNC_KILL, pod(spec_grace=1)))
+    await asyncio.sleep(0.2)
+    w.update_pod(UpdatePodOptions(SYNC_KILL, pod(spec_grace=1)))
+    await asyncio.wait_for(s.terminated.wait(), 5)
+    assert s.graces == [1]
+    await w.stop()
