@@ -389,8 +389,6 @@ def test_node_proxy_metrics_and_summary(acc: Any) -> None:
     assert {c["name"] for c in pods["acc"]["containers"]} == {"web", "ticker"}
 
 
-@pytest.mark.xfail(reason="agent/kubelet.py never starts the ProbeManager (agent/prober): no probe runs, "
-                          "so prober_probe_total has no samples", strict=False)
 def test_probe_metrics(acc: Any) -> None:
     path = f"/api/v1/nodes/{acc.node_name}/proxy/metrics/probes"
     acc.wait_for("prober_probe_total for the readiness probe",
