@@ -18,7 +18,9 @@ ARGS ?=
 up: system-deps venv
 	$(PY) -m pykubelet up $(ARGS)
 
-test: system-deps system-test-deps test-venv
+# The whole suite: lint (ruff, mypy), then unit, integration (fake CRI) and end-to-end tests (real
+# containerd and kubectl; they skip, saying why, only where the machine cannot run them).
+test: system-deps system-test-deps test-venv lint
 	$(PY) -m pytest $(ARGS)
 
 lint: test-venv

@@ -4,7 +4,9 @@ Several engineers (and pytest-xdist workers) run e2e sessions on the same machin
 so each session takes a *slot* -- an exclusive flock on /run/pykubelet-e2e/slot-N.lock held for the
 whole session -- and derives everything host-global from it: the CNI bridge name ``pke<N>``, the pod
 CIDR ``198.19.<N>.0/24`` (inside 198.18.0.0/15, away from ``pykubelet up``'s default 198.18.0.0/24)
-and the cgroup parent ``/pykubelet-e2e<N>``. Before starting, a cleanup pass for that slot removes
+and the cgroup parent ``/pykubelet-e2e<N>``. The ``cluster`` fixture gets a containerd of its own
+(``pkc<N>``, ``198.19.<100+N>.0/24``, ``/pykubelet-cluster<N>``): its agent removes every container of
+a pod it does not know, exactly like upstream's kubelet, so raw-CRI tests must not share its runtime. Before starting, a cleanup pass for that slot removes
 what a crashed earlier session in the same slot may have left; at the end the stack is stopped and
 cleaned (no process, mount, cgroup, bridge or iptables chain remains).
 
@@ -29,7 +31,7 @@ from pykubelet.up.containerd import PrivateContainerd, preflight
 from pykubelet.up.images import bootstrap_images
 
 SLOT_DIR = Path("/run/pykubelet-e2e")
-MAX_SLOTS = 200
+MAX_SLOTS = 50  # slot N owns 198.19.N.0/24, 198.19.(100+N).0/24 and 198.19.(150+N).0/24
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -90,14 +92,22 @@ def containerd(
     .cgroup_parent (use it as the parent of pod cgroups so cleanup finds them), .data_dir,
     .registry_config_dir (drop hosts.toml files here for a LocalRegistry).
     """
-    data_dir = tmp_path_factory.mktemp("containerd")
-    # Short path: the socket lives in the data dir and sun_path is limited.
+    cd = start_containerd(tmp_path_factory.mktemp("containerd"), e2e_slot, "pke", f"198.19.{e2e_slot}.0/24",
+                          f"/pykubelet-e2e{e2e_slot}", image_cache_dir)
+    try:
+        yield cd
+    finally:
+        stop_containerd(cd)
+
+
+def start_containerd(data_dir: Path, slot: int, bridge_prefix: str, cidr: str, cgroup_parent: str,
+                     image_cache_dir: Path) -> PrivateContainerd:
     cd = PrivateContainerd(
         data_dir,
-        pod_cidr=f"198.19.{e2e_slot}.0/24",
-        bridge=f"pke{e2e_slot}",
-        cgroup_parent=f"/pykubelet-e2e{e2e_slot}",
-        log=lambda m: print(f"[containerd] {m}", file=sys.stderr),
+        pod_cidr=cidr,
+        bridge=f"{bridge_prefix}{slot}",
+        cgroup_parent=cgroup_parent,
+        log=lambda m: print(f"[containerd {bridge_prefix}{slot}] {m}", file=sys.stderr),
     )
     cd.cleanup()  # leftovers of a crashed session in the same slot
     try:
@@ -106,12 +116,13 @@ def containerd(
     except Exception:
         asyncio.run(cd.shutdown())
         raise
-    try:
-        yield cd
-    finally:
-        asyncio.run(cd.shutdown())
-        # The image store is large-ish and useless after the session; keep config and logs.
-        shutil.rmtree(cd.root, ignore_errors=True)
+    return cd
+
+
+def stop_containerd(cd: PrivateContainerd) -> None:
+    asyncio.run(cd.shutdown())
+    # The image store is large-ish and useless after the session; keep config and logs.
+    shutil.rmtree(cd.root, ignore_errors=True)
 
 
 KubectlRunner = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -222,12 +233,14 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
 
 @pytest.fixture(scope="session")
 def cluster(
-    containerd: PrivateContainerd,
     e2e_slot: int,
     tmp_path_factory: pytest.TempPathFactory,
     kubectl: Callable[[str | os.PathLike[str]], KubectlRunner],
+    image_cache_dir: Path,
 ) -> Iterator[Cluster]:
-    """`pykubelet up` on the session's containerd: API server + scheduler + agent, node Ready."""
+    """`pykubelet up` on a containerd of its own: API server + scheduler + agent, node Ready."""
+    containerd = start_containerd(tmp_path_factory.mktemp("cluster-containerd"), e2e_slot, "pkc",
+                                  f"198.19.{100 + e2e_slot}.0/24", f"/pykubelet-cluster{e2e_slot}", image_cache_dir)
     data_dir = tmp_path_factory.mktemp("cluster")
     node = f"pk-e2e-{e2e_slot}"
     kubelet_port = free_port()
@@ -239,7 +252,11 @@ def cluster(
         "--cgroup-root", containerd.cgroup_parent,
         f"--agent-arg=--healthz-port={free_port()}",
     ]
-    proc = start_up(data_dir, node, extra, data_dir / "up.log")
+    try:
+        proc = start_up(data_dir, node, extra, data_dir / "up.log")
+    except Exception:
+        stop_containerd(containerd)
+        raise
     c = Cluster(data_dir, node, proc, kubectl(data_dir / "kubeconfig"), containerd, kubelet_port)
     try:
         c.wait_for("the admin kubeconfig", lambda: c.kubeconfig.exists() or proc.poll() is not None, 90)
@@ -254,3 +271,4 @@ def cluster(
     finally:
         rc = stop_process(proc)
         print(f"[cluster] pykubelet up exited {rc}", file=sys.stderr)
+        stop_containerd(containerd)

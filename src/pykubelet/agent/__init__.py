@@ -1,6 +1,6 @@
 """The pykubelet node agent: a Kubernetes kubelet in Python, driving a CRI v1 runtime.
 
-Architecture (mirrors upstream ``pkg/kubelet``; see docs/CONTRACTS.md "Agent internals"):
+Architecture (mirrors upstream ``pkg/kubelet``; see docs/architecture.md "Agent internals"):
 
 - ``config``     KubeletConfiguration (kubelet.config.k8s.io/v1beta1) + upstream flags → AgentOptions.
 - ``main``       wiring and lifecycle of everything below; SIGTERM stops loops, never containers.

@@ -5,7 +5,7 @@ async ``lookup(kind, namespace, name) -> dict | None``:
 
 - ``sandbox_config``: metadata (name/namespace/uid/attempt), hostname, log directory
   ``<podLogsDir>/<ns>_<name>_<uid>``, DNS (ClusterFirst with cluster DNS, else the host resolv.conf,
-  None → only dnsConfig), host port mappings, CONTRACTS.md labels, pod annotations, cgroup parent,
+  None → only dnsConfig), host port mappings, architecture.md labels, pod annotations, cgroup parent,
   namespace options (hostNetwork/hostPID/hostIPC) and sysctls.
 - ``container_config``: image, command/args with ``$(VAR)`` expansion (``$$`` escapes), env (envFrom,
   value, fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef), working dir, log path

@@ -4,7 +4,7 @@ Upstream ``kubecontainer.PodStatus`` is what the kubelet knows about a pod *from
 sandboxes and containers (running and dead), keyed by the labels the kubelet put on them at creation.
 Every decision (``compute_pod_actions``) and the API status (``status.generate_api_status``) is a pure
 function of this value plus the desired pod spec, so restarting the agent loses nothing: the same
-value is rebuilt from CRI labels/annotations (see CONTRACTS.md) by ``RuntimeManager.get_pod_status``.
+value is rebuilt from CRI labels/annotations (see architecture.md) by ``RuntimeManager.get_pod_status``.
 
 These are plain dataclasses (no protobufs) so the decision logic and its tests need no runtime.
 """
@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-# Labels / annotations (upstream names, CONTRACTS.md).
+# Labels / annotations (upstream names, architecture.md).
 POD_NAME_LABEL = "io.kubernetes.pod.name"
 POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
 POD_UID_LABEL = "io.kubernetes.pod.uid"
