@@ -170,12 +170,8 @@ def test_private_registry_needs_image_pull_secret(cluster, private_registry) -> 
         assert _phase(cluster, "no-secret") == "Pending"
         assert not _containers(cluster, "no-secret")
 
-        # `kubectl create secret` itself POSTs protobuf, which the dev server does not decode (yet):
-        # generate the same object client-side and apply it as JSON
-        secret = cluster.kubectl("create", "secret", "docker-registry", "agent-regcred",
-                                 f"--docker-server={reg.host}", "--docker-username=alice",
-                                 "--docker-password=s3cret", "--dry-run=client", "-o", "json").stdout
-        cluster.kubectl("apply", "-f", "-", input=secret)
+        cluster.kubectl("create", "secret", "docker-registry", "agent-regcred", f"--docker-server={reg.host}",
+                        "--docker-username=alice", "--docker-password=s3cret")
         cluster.kubectl("apply", "-f", "-", input=_private_pod("with-secret", ref, "agent-regcred"))
         cluster.wait_for("with-secret Running", lambda: _phase(cluster, "with-secret") == "Running", 90)
         status = _pod(cluster, "with-secret")["status"]["containerStatuses"][0]

@@ -123,13 +123,17 @@ def decode_body(raw: bytes, content_type: str) -> Any:
     if not raw.strip():
         return None
     if ct.startswith("application/vnd.kubernetes.protobuf"):
+        # kubectl's typed clients never fall back to JSON, so decode what they send (protobuf.py);
+        # 415 only for kinds without a schema there, 400 for bytes that do not parse
         try:
             return protobuf.decode_object(raw)
-        except (ValueError, UnicodeDecodeError):
-            pass
-        raise StatusError(415, "UnsupportedMediaType",
-                          'the body of the request was in an unknown format - accepted media types include: '
-                          'application/json, application/yaml')
+        except protobuf.UnsupportedKind as e:
+            raise StatusError(415, "UnsupportedMediaType",
+                              f"the body of the request was in an unknown format - {e}; accepted media types "
+                              "include: application/json, application/yaml, application/vnd.kubernetes.protobuf "
+                              f"(for {', '.join(sorted(protobuf.KINDS))})") from e
+        except ValueError as e:
+            raise bad_request(f"unable to decode protobuf body: {_one_line(e)}") from e
     text_err: Exception
     if ct in ("application/yaml", "application/apply-patch+yaml", "text/yaml"):
         try:
@@ -323,8 +327,11 @@ class ApiHttp:
         body_raw = await request.read()
         ct = request.headers.get("Content-Type", "")
         if info.verb in ("delete", "deletecollection"):
-            if ct.startswith("application/vnd.kubernetes.protobuf"):
-                options = protobuf.delete_options(body_raw)
+            if ct.startswith("application/vnd.kubernetes.protobuf") and body_raw.strip():
+                try:
+                    options = protobuf.decode_delete_options(body_raw)
+                except ValueError as e:
+                    raise bad_request(f"unable to decode protobuf DeleteOptions: {_one_line(e)}") from e
             else:
                 options = decode_body(body_raw, ct) or {}
             if not isinstance(options, dict):

@@ -1,162 +1,302 @@
-"""Just enough Kubernetes protobuf decoding for the requests kubectl sends as protobuf.
+"""Decoding the Kubernetes protobuf request bodies kubectl sends, into Kubernetes JSON.
 
-kubectl's typed clients send some bodies as ``application/vnd.kubernetes.protobuf`` (the
-``k8s\\0`` magic followed by a ``runtime.Unknown`` envelope: 1 typeMeta, 2 raw, 3
-contentEncoding, 4 contentType): ``kubectl certificate approve|deny`` PUTs a whole
-CertificateSigningRequest to ``/approval``, and ``kubectl drain`` without eviction DELETEs with
-protobuf DeleteOptions.  A general decoder would need every generated.proto; instead we decode
-the wire format generically and map the few field numbers those two messages need (taken from
-upstream's ``generated.proto`` files).
+kubectl's typed clients send some bodies as ``application/vnd.kubernetes.protobuf`` and never
+retry as JSON when the server answers 415: ``kubectl create secret|configmap|namespace|
+serviceaccount|token``, ``kubectl certificate approve|deny`` (a whole CertificateSigningRequest
+PUT to ``/approval``) and ``kubectl drain`` without eviction (DeleteOptions).  The body is the
+``k8s\\0`` magic followed by a ``runtime.Unknown`` envelope (1 typeMeta{1 apiVersion, 2 kind},
+2 raw, 3 contentEncoding, 4 contentType); ``raw`` is the object's own message, which carries no
+TypeMeta.
+
+Why a schema table rather than upstream's generated.proto files or a hand-written wire parser:
+vendoring the .proto files would pull in every API group (core/v1 alone is ~7000 lines) and a
+protoc step; a hand-written parser has to re-implement maps, repeated fields and nesting per
+message.  Instead ``SCHEMA`` lists, for just the messages we accept, the field numbers from
+upstream's ``generated.proto`` (k8s.io/api and k8s.io/apimachinery); at import we build one
+``FileDescriptorProto`` from it, get message classes from the protobuf runtime, parse with them
+and convert with ``json_format.MessageToDict``.  Field names in the k8s protos are already the
+JSON names, and ``bytes`` become standard base64, which is exactly Kubernetes JSON for
+Secret.data, ConfigMap.binaryData and CSR request/certificate.  ``_fix`` then does what
+MessageToDict cannot know: int64 arrives as a string, ``Time{seconds,nanos}`` becomes RFC 3339,
+``FieldsV1{Raw}`` is embedded JSON, ``ExtraValue{items}`` is a bare list, and zero values are
+dropped.  The last one matters because Go's generated marshallers write every non-pointer field
+even when empty (``name: ""``, ``generation: 0``, an empty ``creationTimestamp``) while
+Kubernetes JSON omits them; pointer fields (marked ``?`` in the table: ``immutable``,
+``gracePeriodSeconds``...) keep an explicit zero/false because there it means something.
+
+Adding a kind is one table entry plus a ``KINDS`` line.  Unknown kinds raise
+``UnsupportedKind`` (the server answers 415); malformed bytes raise ``ValueError`` (400).
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import json
 from typing import Any
 
-Fields = list[tuple[int, int, Any]]
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import DecodeError, Message
+
+MAGIC = b"k8s\x00"
+
+# message -> "jsonName=number:type" fields.  type: a scalar (string, bytes, bool, int32, int64),
+# another message of this table, "[]T" for repeated, "map<K,V>" for maps; a trailing "?" marks a Go
+# pointer field, whose zero value is kept.  Numbers are upstream's generated.proto.
+SCHEMA: dict[str, str] = {
+    # k8s.io/apimachinery/pkg/runtime
+    "TypeMeta": "apiVersion=1:string kind=2:string",
+    "Unknown": "typeMeta=1:TypeMeta raw=2:bytes contentEncoding=3:string contentType=4:string",
+    # k8s.io/apimachinery/pkg/apis/meta/v1
+    "Time": "seconds=1:int64 nanos=2:int32",
+    "FieldsV1": "Raw=1:bytes",
+    "OwnerReference": "apiVersion=5:string kind=1:string name=3:string uid=4:string controller=6:bool? "
+                      "blockOwnerDeletion=7:bool?",
+    "ManagedFieldsEntry": "manager=1:string operation=2:string apiVersion=3:string time=4:Time "
+                          "fieldsType=6:string fieldsV1=7:FieldsV1 subresource=8:string",
+    "ObjectMeta": "name=1:string generateName=2:string namespace=3:string selfLink=4:string uid=5:string "
+                  "resourceVersion=6:string generation=7:int64 creationTimestamp=8:Time deletionTimestamp=9:Time "
+                  "deletionGracePeriodSeconds=10:int64? labels=11:map<string,string> "
+                  "annotations=12:map<string,string> ownerReferences=13:[]OwnerReference finalizers=14:[]string "
+                  "managedFields=17:[]ManagedFieldsEntry",
+    "Preconditions": "uid=1:string? resourceVersion=2:string?",
+    "DeleteOptions": "gracePeriodSeconds=1:int64? preconditions=2:Preconditions orphanDependents=3:bool? "
+                     "propagationPolicy=4:string? dryRun=5:[]string "
+                     "ignoreStoreReadErrorWithClusterBreakingPotential=6:bool?",
+    # k8s.io/api/core/v1
+    "ObjectReference": "kind=1:string namespace=2:string name=3:string uid=4:string apiVersion=5:string "
+                       "resourceVersion=6:string fieldPath=7:string",
+    "LocalObjectReference": "name=1:string",
+    "Secret": "metadata=1:ObjectMeta data=2:map<string,bytes> stringData=4:map<string,string> type=3:string "
+              "immutable=5:bool?",
+    "ConfigMap": "metadata=1:ObjectMeta data=2:map<string,string> binaryData=3:map<string,bytes> immutable=4:bool?",
+    "NamespaceSpec": "finalizers=1:[]string",
+    "NamespaceCondition": "type=1:string status=2:string lastTransitionTime=4:Time reason=5:string message=6:string",
+    "NamespaceStatus": "phase=1:string conditions=2:[]NamespaceCondition",
+    "Namespace": "metadata=1:ObjectMeta spec=2:NamespaceSpec status=3:NamespaceStatus",
+    "ServiceAccount": "metadata=1:ObjectMeta secrets=2:[]ObjectReference imagePullSecrets=3:[]LocalObjectReference "
+                      "automountServiceAccountToken=4:bool?",
+    # k8s.io/api/authentication/v1
+    "BoundObjectReference": "kind=1:string apiVersion=2:string name=3:string uid=4:string",
+    "TokenRequestSpec": "audiences=1:[]string expirationSeconds=4:int64? boundObjectRef=3:BoundObjectReference",
+    "TokenRequestStatus": "token=1:string expirationTimestamp=2:Time",
+    "TokenRequest": "metadata=1:ObjectMeta spec=2:TokenRequestSpec status=3:TokenRequestStatus",
+    "TokenReviewSpec": "token=1:string audiences=2:[]string",
+    "TokenReview": "metadata=1:ObjectMeta spec=2:TokenReviewSpec",
+    # k8s.io/api/certificates/v1
+    "ExtraValue": "items=1:[]string",
+    "CertificateSigningRequestSpec": "request=1:bytes signerName=7:string expirationSeconds=8:int32? "
+                                     "usages=5:[]string username=2:string uid=3:string groups=4:[]string "
+                                     "extra=6:map<string,ExtraValue>",
+    "CertificateSigningRequestCondition": "type=1:string status=6:string reason=2:string message=3:string "
+                                          "lastUpdateTime=4:Time lastTransitionTime=5:Time",
+    "CertificateSigningRequestStatus": "conditions=1:[]CertificateSigningRequestCondition certificate=2:bytes",
+    "CertificateSigningRequest": "metadata=1:ObjectMeta spec=2:CertificateSigningRequestSpec "
+                                 "status=3:CertificateSigningRequestStatus",
+    # k8s.io/api/policy/v1
+    "Eviction": "metadata=1:ObjectMeta deleteOptions=2:DeleteOptions",
+}
+
+# kind -> (message, apiVersion used when the envelope leaves it empty)
+KINDS: dict[str, tuple[str, str]] = {
+    "Secret": ("Secret", "v1"),
+    "ConfigMap": ("ConfigMap", "v1"),
+    "Namespace": ("Namespace", "v1"),
+    "ServiceAccount": ("ServiceAccount", "v1"),
+    "TokenRequest": ("TokenRequest", "authentication.k8s.io/v1"),
+    "TokenReview": ("TokenReview", "authentication.k8s.io/v1"),
+    "CertificateSigningRequest": ("CertificateSigningRequest", "certificates.k8s.io/v1"),
+    "Eviction": ("Eviction", "policy/v1"),
+    "DeleteOptions": ("DeleteOptions", "v1"),
+}
+
+_PKG = "pykubelet.k8s"
+_SCALARS = {"string": FieldDescriptor.TYPE_STRING, "bytes": FieldDescriptor.TYPE_BYTES,
+            "bool": FieldDescriptor.TYPE_BOOL, "int32": FieldDescriptor.TYPE_INT32,
+            "int64": FieldDescriptor.TYPE_INT64}
+_POINTER: set[tuple[str, str]] = set()  # (message, json name) of Go pointer fields
 
 
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = val = 0
-    while True:
-        if i >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[i]
-        i += 1
-        val |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return val, i
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
+class UnsupportedKind(ValueError):
+    """A well-formed envelope whose kind we have no schema for (the server answers 415)."""
 
 
-def fields(buf: bytes) -> Fields:
-    out: Fields = []
-    i = 0
-    while i < len(buf):
-        key, i = _varint(buf, i)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            val, i = _varint(buf, i)
-            out.append((num, wt, val))
-        elif wt == 2:
-            ln, i = _varint(buf, i)
-            if i + ln > len(buf):
-                raise ValueError("truncated field")
-            out.append((num, wt, buf[i:i + ln]))
-            i += ln
-        elif wt == 1:
-            out.append((num, wt, buf[i:i + 8]))
-            i += 8
-        elif wt == 5:
-            out.append((num, wt, buf[i:i + 4]))
-            i += 4
-        else:
-            raise ValueError(f"unsupported wire type {wt}")
+def _set_type(f: descriptor_pb2.FieldDescriptorProto, typ: str) -> None:
+    if typ in _SCALARS:
+        f.type = _SCALARS[typ]  # type: ignore[assignment]
+    else:
+        if typ not in SCHEMA:
+            raise KeyError(f"schema refers to unknown message {typ}")
+        f.type = FieldDescriptor.TYPE_MESSAGE  # type: ignore[assignment]
+        f.type_name = f".{_PKG}.{typ}"
+
+
+def _build() -> dict[str, type[Message]]:
+    """Compile SCHEMA into a private descriptor pool (private so it cannot clash with anyone's
+    generated code registered in the default pool)."""
+    fdp = descriptor_pb2.FileDescriptorProto(name="pykubelet_k8s.proto", package=_PKG, syntax="proto2")
+    for msg_name, spec in SCHEMA.items():
+        msg = fdp.message_type.add(name=msg_name)
+        for item in spec.split():
+            name, rest = item.split("=", 1)
+            num, typ = rest.split(":", 1)
+            if typ.endswith("?"):
+                typ = typ[:-1]
+                _POINTER.add((msg_name, name))
+            f = msg.field.add(name=name, number=int(num), json_name=name)
+            f.label = FieldDescriptor.LABEL_OPTIONAL  # type: ignore[assignment]
+            if typ.startswith("[]"):
+                f.label = FieldDescriptor.LABEL_REPEATED  # type: ignore[assignment]
+                _set_type(f, typ[2:])
+            elif typ.startswith("map<"):
+                key_t, val_t = typ[4:-1].split(",")
+                entry = msg.nested_type.add(name=name[0].upper() + name[1:] + "Entry")
+                entry.options.map_entry = True
+                for en, (ename, et) in enumerate((("key", key_t), ("value", val_t)), 1):
+                    ef = entry.field.add(name=ename, number=en, json_name=ename)
+                    ef.label = FieldDescriptor.LABEL_OPTIONAL  # type: ignore[assignment]
+                    _set_type(ef, et)
+                f.label = FieldDescriptor.LABEL_REPEATED  # type: ignore[assignment]
+                f.type = FieldDescriptor.TYPE_MESSAGE  # type: ignore[assignment]
+                f.type_name = f".{_PKG}.{msg_name}.{entry.name}"
+            else:
+                _set_type(f, typ)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PKG}.{n}")) for n in SCHEMA}
+
+
+MESSAGES = _build()
+
+
+def _rfc3339(t: dict[str, Any]) -> str | None:
+    secs = int(t.get("seconds", 0))
+    if not secs and not t.get("nanos"):
+        return None  # the zero metav1.Time, which Kubernetes JSON writes as null
+    return dt.datetime.fromtimestamp(secs, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _value(fd: FieldDescriptor, v: Any) -> Any:
+    if fd.type == FieldDescriptor.TYPE_INT64:
+        return int(v)
+    if fd.type != FieldDescriptor.TYPE_MESSAGE:
+        return v
+    sub = fd.message_type
+    assert sub is not None
+    if sub.name == "Time":
+        return _rfc3339(v)
+    if sub.name == "FieldsV1":
+        raw = v.get("Raw")
+        return json.loads(base64.b64decode(raw)) if raw else None
+    if sub.name == "ExtraValue":
+        return list(v.get("items", []))
+    return _fix(sub, v)
+
+
+def _fix(desc: Descriptor, d: dict[str, Any]) -> dict[str, Any]:
+    """MessageToDict output -> Kubernetes JSON for one message (see the module docstring)."""
+    out: dict[str, Any] = {}
+    for name, v in d.items():
+        fd = desc.fields_by_name[name]
+        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+            vfd = fd.message_type.fields_by_name["value"]
+            out[name] = {k: _value(vfd, x) for k, x in v.items()}
+            continue
+        if isinstance(v, list):  # repeated (MessageToDict omits empty ones)
+            out[name] = [_value(fd, x) for x in v]
+            continue
+        val = _value(fd, v)
+        if (desc.name, name) not in _POINTER and val in (None, "", 0, False, {}):
+            continue
+        out[name] = val
     return out
 
 
-def _first(fs: Fields, num: int) -> Any:
-    return next((v for n, _wt, v in fs if n == num), None)
+def _parse(msg_name: str, data: bytes) -> Message:
+    m = MESSAGES[msg_name]()
+    try:
+        m.ParseFromString(data)
+    except (DecodeError, RuntimeError, UnicodeDecodeError) as e:
+        raise ValueError(f"malformed protobuf {msg_name}: {e}") from e
+    return m
 
 
-def _str(fs: Fields, num: int) -> str | None:
-    v = _first(fs, num)
-    return v.decode() if isinstance(v, bytes | bytearray) else None
+def _check_strings(msg: Message) -> None:
+    """Reject invalid UTF-8 in string fields.  proto2 parsing does not validate it; the upb runtime
+    then hands back ``bytes``, which MessageToDict would silently turn into the text "b'...'"."""
+    def one(fd: FieldDescriptor, x: Any) -> None:
+        if fd.type == FieldDescriptor.TYPE_STRING and not isinstance(x, str):
+            raise ValueError(f"invalid UTF-8 in string field {fd.full_name}")
+        if fd.type == FieldDescriptor.TYPE_MESSAGE:
+            _check_strings(x)
+
+    for fd, v in msg.ListFields():
+        mt = fd.message_type
+        if mt is not None and mt.GetOptions().map_entry:
+            for k, x in v.items():
+                one(mt.fields_by_name["key"], k)
+                one(mt.fields_by_name["value"], x)
+        elif isinstance(v, str | bytes | int | float | Message):
+            one(fd, v)
+        else:
+            for x in v:
+                one(fd, x)
 
 
-def _int(v: int) -> int:
-    return v - 2**64 if v >= 2**63 else v
+def to_json(msg: Message) -> dict[str, Any]:
+    """A parsed message of this module as Kubernetes JSON (without apiVersion/kind)."""
+    _check_strings(msg)
+    try:
+        d = json_format.MessageToDict(msg, preserving_proto_field_name=True)
+    except (ValueError, UnicodeDecodeError) as e:  # e.g. invalid UTF-8 in a string field
+        raise ValueError(f"malformed protobuf {msg.DESCRIPTOR.name}: {e}") from e
+    return _fix(msg.DESCRIPTOR, d)
 
 
 def unwrap(raw: bytes) -> tuple[str, str, bytes]:
     """(apiVersion, kind, raw object bytes) from a ``k8s\\0`` runtime.Unknown envelope."""
-    if not raw.startswith(b"k8s\x00"):
-        raise ValueError("missing protobuf magic")
-    env = fields(raw[4:])
-    tm = fields(_first(env, 1) or b"")
-    return _str(tm, 1) or "", _str(tm, 2) or "", _first(env, 2) or b""
-
-
-def _time(buf: bytes | None) -> str | None:
-    if not buf:
-        return None
-    secs = _first(fields(buf), 1) or 0
-    return dt.datetime.fromtimestamp(_int(secs), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _object_meta(buf: bytes) -> dict[str, Any]:
-    fs = fields(buf)
-    meta: dict[str, Any] = {}
-    for num, key in ((1, "name"), (2, "generateName"), (3, "namespace"), (5, "uid"), (6, "resourceVersion")):
-        v = _str(fs, num)
-        if v:
-            meta[key] = v
-    return meta
-
-
-def delete_options(raw: bytes) -> dict[str, Any]:
-    """DeleteOptions: 1 gracePeriodSeconds, 2 preconditions{1 uid, 2 resourceVersion}, 3 orphanDependents,
-    4 propagationPolicy, 5 dryRun."""
-    try:
-        _av, _k, body = unwrap(raw) if raw.startswith(b"k8s\x00") else ("", "", raw)
-        opts: dict[str, Any] = {}
-        for n, wt, v in fields(body):
-            if n == 1 and wt == 0:
-                opts["gracePeriodSeconds"] = _int(v)
-            elif n == 2 and wt == 2:
-                pre = fields(v)
-                p: dict[str, str] = {}
-                if _str(pre, 1):
-                    p["uid"] = _str(pre, 1) or ""
-                if _str(pre, 2):
-                    p["resourceVersion"] = _str(pre, 2) or ""
-                opts["preconditions"] = p
-            elif n == 4 and wt == 2:
-                opts["propagationPolicy"] = v.decode()
-            elif n == 5 and wt == 2:
-                opts.setdefault("dryRun", []).append(v.decode())
-        return opts
-    except (ValueError, UnicodeDecodeError):
-        return {}
-
-
-def certificate_signing_request(raw: bytes) -> dict[str, Any]:
-    """CertificateSigningRequest: 1 metadata, 2 spec, 3 status{1 conditions, 2 certificate};
-    condition: 1 type, 6 status, 2 reason, 3 message, 4 lastUpdateTime, 5 lastTransitionTime."""
-    av, kind, body = unwrap(raw)
-    fs = fields(body)
-    obj: dict[str, Any] = {"apiVersion": av or "certificates.k8s.io/v1", "kind": kind or "CertificateSigningRequest",
-                           "metadata": _object_meta(_first(fs, 1) or b"")}
-    st = fields(_first(fs, 3) or b"")
-    conds = []
-    for n, _wt, v in st:
-        if n != 1:
-            continue
-        cf = fields(v)
-        c: dict[str, Any] = {"type": _str(cf, 1) or "", "status": _str(cf, 6) or "True"}
-        for num, key in ((2, "reason"), (3, "message")):
-            s = _str(cf, num)
-            if s:
-                c[key] = s
-        for num, key in ((4, "lastUpdateTime"), (5, "lastTransitionTime")):
-            t = _time(_first(cf, num))
-            if t:
-                c[key] = t
-        conds.append(c)
-    obj["status"] = {"conditions": conds}
-    return obj
-
-
-DECODERS = {"CertificateSigningRequest": certificate_signing_request}
+    if not raw.startswith(MAGIC):
+        raise ValueError("missing the k8s protobuf magic prefix")
+    env = _parse("Unknown", raw[len(MAGIC):])
+    _check_strings(env)
+    if env.contentEncoding:  # type: ignore[attr-defined]
+        raise ValueError(f"unsupported protobuf contentEncoding {env.contentEncoding!r}")  # type: ignore[attr-defined]
+    tm = env.typeMeta  # type: ignore[attr-defined]
+    return tm.apiVersion, tm.kind, env.raw  # type: ignore[attr-defined]
 
 
 def decode_object(raw: bytes) -> dict[str, Any]:
-    """Decode a supported protobuf object; ValueError for anything else."""
-    _av, kind, _body = unwrap(raw)
-    dec = DECODERS.get(kind)
-    if dec is None:
-        raise ValueError(f"protobuf decoding of {kind or 'this object'} is not supported")
-    return dec(raw)
+    """A ``k8s\\0``-enveloped object as Kubernetes JSON, apiVersion and kind included.
+
+    ``UnsupportedKind`` for kinds without a schema, ``ValueError`` for malformed bytes."""
+    api_version, kind, body = unwrap(raw)
+    entry = KINDS.get(kind)
+    if entry is None:
+        raise UnsupportedKind(f"decoding {kind or 'an object without kind'} from protobuf is not supported; "
+                              "send it as application/json")
+    msg_name, default_av = entry
+    return {"apiVersion": api_version or default_av, "kind": kind, **to_json(_parse(msg_name, body))}
+
+
+def encode_object(obj_msg: Message, api_version: str, kind: str) -> bytes:
+    """The wire form kubectl sends (for tests and tools): magic + Unknown{typeMeta, raw}."""
+    env = MESSAGES["Unknown"]()
+    env.typeMeta.apiVersion = api_version  # type: ignore[attr-defined]
+    env.typeMeta.kind = kind  # type: ignore[attr-defined]
+    env.raw = obj_msg.SerializeToString()  # type: ignore[attr-defined]
+    env.contentEncoding = ""  # type: ignore[attr-defined]
+    env.contentType = ""  # type: ignore[attr-defined]
+    return MAGIC + env.SerializeToString()
+
+
+def decode_delete_options(raw: bytes) -> dict[str, Any]:
+    """DeleteOptions JSON from a protobuf body; ``ValueError`` when malformed or another kind."""
+    if raw.startswith(MAGIC):
+        obj = decode_object(raw)
+        if obj["kind"] != "DeleteOptions":
+            raise ValueError(f"expected DeleteOptions, got {obj['kind']}")
+        obj.pop("apiVersion")
+        obj.pop("kind")
+        return obj
+    return to_json(_parse("DeleteOptions", raw))

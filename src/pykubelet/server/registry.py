@@ -353,6 +353,8 @@ class Registry:
                 log.exception("default_pod failed")
                 raise invalid(ri.kind, str(meta.get("name", "")), [("", f"Invalid value: {e}")]) from e
             obj.setdefault("status", {}).setdefault("phase", "Pending")
+        elif ri.resource == "secrets" and not obj.get("type"):
+            obj["type"] = "Opaque"  # SetDefaults_Secret
         elif ri.resource == "namespaces":
             obj["spec"] = {"finalizers": ["kubernetes"]}
             obj["status"] = {"phase": "Active"}

@@ -9,7 +9,7 @@ import pytest
 from pykubelet.server.app import parse_request_info
 from pykubelet.server.errors import StatusError
 from pykubelet.server.patch import apply_patch, strategic_merge
-from pykubelet.server.protobuf import delete_options
+from pykubelet.server.protobuf import decode_delete_options
 from pykubelet.server.selectors import parse_field_selector, parse_label_selector
 from pykubelet.server.storage import Storage
 
@@ -181,5 +181,6 @@ def test_protobuf_delete_options() -> None:
     tm = b"\x0a\x02v1\x12\x0dDeleteOptions"
     raw = b"\x08\x05" + b"\x22\x0aBackground"
     env = b"\x0a" + bytes([len(tm)]) + tm + b"\x12" + bytes([len(raw)]) + raw
-    assert delete_options(b"k8s\x00" + env) == {"gracePeriodSeconds": 5, "propagationPolicy": "Background"}
-    assert delete_options(b"k8s\x00\xff\xff") == {}
+    assert decode_delete_options(b"k8s\x00" + env) == {"gracePeriodSeconds": 5, "propagationPolicy": "Background"}
+    with pytest.raises(ValueError):
+        decode_delete_options(b"k8s\x00\xff\xff")
