@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pykubelet.agent.status.generate import rfc3339
+from pykubelet.common.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +90,8 @@ class EventRecorder:
             pass
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     # -- internals ---------------------------------------------------------------------------
     def _allow(self, key: str) -> bool:

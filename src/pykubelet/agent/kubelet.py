@@ -75,6 +75,7 @@ from pykubelet.agent.status.generate import generate_api_status, rfc3339
 from pykubelet.agent.status.manager import StatusManager
 from pykubelet.agent.types import PodOp, PodUpdate
 from pykubelet.common import podutil
+from pykubelet.common.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -214,13 +215,7 @@ class Kubelet:
 
     async def stop(self) -> None:
         """Stop the loops; never touches containers."""
-        for t in self._tasks:
-            t.cancel()
-        for t in list(self._orphan_kills.values()):
-            t.cancel()
-        for t in [*self._tasks, *self._orphan_kills.values()]:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(*self._tasks, *self._orphan_kills.values())
         self._tasks = []
         await self.pod_workers.stop()
         await self.probes.stop()

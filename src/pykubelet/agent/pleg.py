@@ -22,6 +22,7 @@ from typing import Any
 
 from pykubelet.agent import metrics
 from pykubelet.agent.kuberuntime.types import RuntimePodStatus
+from pykubelet.common.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +110,8 @@ class GenericPLEG:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="pleg")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

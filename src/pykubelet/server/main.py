@@ -26,6 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
+from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient
 from pykubelet.server.app import ApiHttp
 from pykubelet.server.auth import PKI, Authorizer, TokenAuth, ensure_admin, node_kubeconfig
@@ -136,11 +137,7 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
     try:
         yield handle
     finally:
-        for t in handle.controllers:
-            t.cancel()
-        for t in handle.controllers:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(*handle.controllers)
         await registry.close()
         store.close()  # ends open watches
         await runner.cleanup()

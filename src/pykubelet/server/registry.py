@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pykubelet.common import podspec
+from pykubelet.common.aio import cancel_and_wait
 from pykubelet.server import events_conv, managedfields, schema, tables
 from pykubelet.server.auth import PKI, Attributes, Authorizer, TokenAuth, UserInfo, csr_subject
 from pykubelet.server.errors import (
@@ -115,11 +116,7 @@ class Registry:
         t.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
-        for t in list(self._tasks):
-            t.cancel()
-        for t in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(*self._tasks)
 
     def _namespace_children(self, ns: str) -> None:
         if self.store.peek("serviceaccounts", ns, "default") is None:

@@ -15,12 +15,12 @@ is what should notice a dead kubelet, not a crashed agent.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
+from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient, ApiError
 
 from .setters import format_micro_time
@@ -130,8 +130,5 @@ class LeaseController:
             self._task = asyncio.create_task(self.run(), name=f"lease-{self.node_name}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None

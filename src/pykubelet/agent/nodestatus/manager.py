@@ -22,7 +22,6 @@ on the next tick; nothing here raises into the agent's main loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pykubelet import KUBERNETES_VERSION
+from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient, ApiError
 
 from ..config import AgentOptions
@@ -324,8 +324,5 @@ class NodeStatusManager:
 
     async def stop(self) -> None:
         await self.lease.stop()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None

@@ -20,12 +20,12 @@ Upstream reflector behaviour followed:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
 from typing import Any
 
+from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient, ApiError
 
 from .podconfig import CONFIG_MIRROR, PodConfig
@@ -149,8 +149,5 @@ class ApiServerSource:
             self._task = asyncio.create_task(self.run(), name="api-pod-source")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None

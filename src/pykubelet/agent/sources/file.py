@@ -22,7 +22,6 @@ Beyond upstream: a file may hold several YAML documents; documents that are not 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import hashlib
 import json
@@ -34,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.podspec import default_pod, validate_pod
 
 from .podconfig import PodConfig
@@ -212,8 +212,5 @@ class FileSource:
             self._task = asyncio.create_task(self.run(), name="static-pod-source")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pykubelet.agent.status.generate import KUBELET_CONDITIONS
+from pykubelet.common.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -129,13 +130,8 @@ class StatusManager:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="status-manager")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:
