@@ -1,9 +1,17 @@
 """Probe manager and per-probe workers (upstream pkg/kubelet/prober/{prober_manager,worker}.go).
 
 Design: one lightweight asyncio task per (pod uid, container name, probe type) that has a probe spec,
-all on the agent's single event loop. A worker sleeps on an ``asyncio.Event`` with the probe period
-as timeout, so the manager can wake it early (new container id) and cancel it instantly; every probe
-is bounded by ``timeoutSeconds``, so probes of many pods never block each other or the sync loop.
+all on the agent's single event loop. A worker sleeps on an ``asyncio.Event`` that a loop timer sets
+when the next run is due, so the manager can wake it early (new container id) and cancel it
+instantly; every probe is bounded by ``timeoutSeconds``, so probes of many pods never block each
+other or the sync loop.
+
+Scheduling is start-to-start like upstream's ``time.Ticker``: the next run is due one period after
+the previous run *started* (a slow probe does not push every later run back). Wake-ups are rounded
+to a ``WAKE_GRID`` (25 ms) of the loop clock, so workers whose due times fall in the same slot are
+woken by the same loop iteration and issue their ExecSync calls together: with hundreds of probes
+per second this saves about a fifth of the agent's CPU per probe (bench/bench_probes.py,
+docs/benchmarks-agent.md). A worker runs at most half a slot early or late because of it.
 Decisions live in pure code: ``ProbeState`` (hysteresis, results.py) and ``first_delay`` here.
 
 The engine feeds the manager what upstream's worker reads from the status manager:
@@ -48,6 +56,7 @@ log = logging.getLogger(__name__)
 
 ContainerStatuses = dict[str, tuple[str, bool, float | None]]
 DEFAULT_POD_GRACE = 30
+WAKE_GRID = 0.025  # seconds; see the module docstring
 
 
 def first_delay(period: float, manager_age: float, rnd: float) -> float:
@@ -102,6 +111,8 @@ class Worker:
         self.task: asyncio.Task[None] | None = None
         self.probes_run = 0
         self.last_run: float | None = None  # clock() when the last probe started (lateness metric)
+        # labelled metric children, resolved once: labels() costs a lock and a dict lookup per call
+        self._metrics: dict[str, Any] = {}
 
     @property
     def key(self) -> tuple[str, str, ProbeType]:
@@ -114,6 +125,7 @@ class Worker:
             if delay > 0:
                 await m._wait(self, delay)
             while True:
+                ran = self.probes_run
                 try:
                     keep = await self.step()
                 except asyncio.CancelledError:
@@ -124,7 +136,11 @@ class Worker:
                     keep = True
                 if not keep:
                     break
-                await m._wait(self, self.period)
+                delay = self.period
+                if self.probes_run != ran and self.last_run is not None:
+                    # start-to-start, like upstream's ticker: the probe's own duration is not added
+                    delay = max(0.0, self.period - (m.clock() - self.last_run))
+                await m._wait(self, delay)
         finally:
             m._worker_done(self)
 
@@ -170,19 +186,16 @@ class Worker:
         self.probes_run += 1
         now = m.clock()
         if self.last_run is not None:
-            metrics.PROBE_LATENESS.labels(self.probe_type.value).observe(max(0.0, now - self.last_run - self.period))
+            self._metric("lateness", pod).observe(max(0.0, now - self.last_run - self.period))
         self.last_run = now
-        labels = dict(probe_type=self.probe_type.value, container=self.name,
-                      pod=str((pod.get("metadata") or {}).get("name", "")),
-                      namespace=str((pod.get("metadata") or {}).get("namespace", "")))
-        t0 = m.clock()
+        t0 = now
         try:
             outcome, output = await m.prober.run(self.spec, self.container, cid, info.pod_ip)
         except ProbeError as e:
             m._event(pod, "Warning", "Unhealthy",
                      f"{self.probe_type.value} probe errored and resulted in unknown state: {e}")
-            metrics.PROBE_TOTAL.labels(result="unknown", pod_uid=self.uid, **labels).inc()
-            metrics.PROBE_DURATION.labels(**labels).observe(max(0.0, m.clock() - t0))
+            self._metric("unknown", pod).inc()
+            self._metric("duration", pod).observe(max(0.0, m.clock() - t0))
             return True
         if self.state.container_id != cid or self.key not in m._workers:
             return True  # container replaced or worker removed while probing: result is stale
@@ -193,12 +206,30 @@ class Worker:
             result = Result.FAILURE
             m._event(pod, "Warning", "Unhealthy", f"{self.probe_type.value} probe failed: {output}")
         if result is Result.SUCCESS:
-            metrics.PROBE_TOTAL.labels(result="successful", pod_uid=self.uid, **labels).inc()
-            metrics.PROBE_DURATION.labels(**labels).observe(max(0.0, m.clock() - t0))
+            self._metric("successful", pod).inc()
+            self._metric("duration", pod).observe(max(0.0, m.clock() - t0))
         else:
-            metrics.PROBE_TOTAL.labels(result="failed", pod_uid=self.uid, **labels).inc()
+            self._metric("failed", pod).inc()
         m._set_result(self.probe_type, cid, self.state.observe(result), self.uid)
         return True
+
+    def _metric(self, which: str, pod: dict[str, Any]) -> Any:
+        """The worker's labelled child of a prober metric (its labels never change: pod name,
+        namespace and container name are immutable for a pod uid), looked up once and kept."""
+        child = self._metrics.get(which)
+        if child is None:
+            if which == "lateness":
+                child = metrics.PROBE_LATENESS.labels(self.probe_type.value)
+            else:
+                md = pod.get("metadata") or {}
+                labels = dict(probe_type=self.probe_type.value, container=self.name,
+                              pod=str(md.get("name", "")), namespace=str(md.get("namespace", "")))
+                if which == "duration":
+                    child = metrics.PROBE_DURATION.labels(**labels)
+                else:
+                    child = metrics.PROBE_TOTAL.labels(result=which, pod_uid=self.uid, **labels)
+            self._metrics[which] = child
+        return child
 
 
 class ProbeManager:
@@ -385,8 +416,19 @@ class ProbeManager:
             log.exception("failed to record probe event")
 
     async def _wait(self, worker: Worker, seconds: float) -> None:
-        """Sleep ``seconds`` or until the worker is triggered (tests override this)."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
+        """Sleep ``seconds`` (rounded to the wake grid) or until the worker is triggered (tests
+        override this).
+
+        A plain loop timer sets the worker's event: no timeout context whose expiry cancels the task
+        and unwinds a CancelledError every period, and timers of workers due in the same grid slot
+        share one loop iteration.
+        """
+        if not worker.trigger.is_set():
+            loop = asyncio.get_running_loop()
+            when = round((loop.time() + seconds) / WAKE_GRID) * WAKE_GRID
+            timer = loop.call_at(when, worker.trigger.set)
+            try:
                 await worker.trigger.wait()
+            finally:
+                timer.cancel()
         worker.trigger.clear()

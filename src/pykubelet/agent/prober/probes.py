@@ -41,6 +41,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from pykubelet.agent.prober.results import Outcome
+from pykubelet.cri import CRIError
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,8 @@ _VAR_RE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.\-]*)\)")
 
 def expand_static(args: Sequence[str], env: Sequence[Mapping[str, Any]] | None) -> list[str]:
     """Expand ``$(VAR)`` from literal env values; ``$$`` escapes; unknown refs stay verbatim."""
+    if not any("$" in a for a in args):
+        return list(args)  # the common case, run on every exec probe: nothing to expand
     values = {e["name"]: str(e.get("value", "")) for e in (env or []) if "name" in e and "valueFrom" not in e}
 
     def sub(m: re.Match[str]) -> str:
@@ -265,8 +268,6 @@ async def probe_tcp(host: str, port: int, timeout: float) -> tuple[Outcome, str]
 async def probe_exec(
     runtime: ExecRuntime, container_id: str, command: Sequence[str], timeout: float  # noqa: ASYNC109
 ) -> tuple[Outcome, str]:
-    from pykubelet.cri import CRIError
-
     secs = max(1, int(timeout))
     shown = " ".join(command)
     try:

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import html
-import ipaddress
 import json
 import logging
 import os
 import socket
 import ssl
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -46,36 +46,20 @@ NODE_LOG_DIR = "/var/log"
 
 
 def ensure_self_signed(root_dir: Path, node_name: str, ips: list[str]) -> tuple[str, str]:
-    """Create (once) a self-signed serving cert like upstream's kubelet does when none is configured."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
+    """Create (once) a self-signed serving cert like upstream's kubelet does when none is configured.
 
+    The generation runs ``selfsigned.py`` in a child process so the agent never imports
+    ``cryptography`` (~10 MB of resident memory it would keep for good; see that module).
+    """
     pki = root_dir / "pki"
     crt, key = pki / "kubelet.crt", pki / "kubelet.key"
     if crt.exists() and key.exists():
         return str(crt), str(key)
-    pki.mkdir(parents=True, exist_ok=True)
-    pk = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{node_name}@{int(time.time())}")])
-    sans: list[x509.GeneralName] = [x509.DNSName(node_name or "localhost"), x509.DNSName("localhost")]
-    for ip in {"127.0.0.1", *ips}:
-        with contextlib.suppress(ValueError):
-            sans.append(x509.IPAddress(ipaddress.ip_address(ip)))
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(pk.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=365))
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(pk, hashes.SHA256())
-    )
-    key.write_bytes(pk.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                     serialization.NoEncryption()))
-    os.chmod(key, 0o600)
-    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    script = Path(__file__).with_name("selfsigned.py")
+    res = subprocess.run([sys.executable, str(script), str(root_dir), node_name, *ips],
+                         capture_output=True, text=True, timeout=60, check=False)
+    if res.returncode != 0 or not (crt.exists() and key.exists()):
+        raise RuntimeError(f"generating the self-signed serving certificate failed: {res.stderr.strip()[-2000:]}")
     return str(crt), str(key)
 
 
