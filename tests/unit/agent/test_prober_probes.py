@@ -11,14 +11,10 @@ import grpc
 import grpc.aio
 import pytest
 from aiohttp import web
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from pykubelet.agent.prober import Outcome, ProbeError, Prober
-from pykubelet.agent.prober.probes import (
-    decode_health_request,
-    encode_health_response,
-    probe_grpc,
-    probe_tcp,
-)
+from pykubelet.agent.prober.probes import probe_grpc, probe_tcp
 from pykubelet.cri import CRIError, pb
 
 
@@ -165,32 +161,30 @@ async def test_exec_probe_via_stub_runtime() -> None:
     assert len(rt.calls) == n + 3  # retried like upstream (maxProbeRetries)
 
 
-class _Health:
+class _Health(health.aio.HealthServicer):
+    """grpcio-health-checking's own asyncio servicer, also recording each caller's user-agent."""
+
     def __init__(self) -> None:
-        self.status = {"": 1, "db": 2}
+        super().__init__()
         self.user_agents: list[str] = []
 
-    async def check(self, service: str, context: grpc.aio.ServicerContext) -> int:
+    async def Check(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> Any:
         md = dict(context.invocation_metadata() or ())
         self.user_agents.append(str(md.get("user-agent", "")))
-        if service not in self.status:
-            await context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
-        return self.status[service]
+        return await super().Check(request, context)
 
 
 @pytest.fixture
 async def grpc_health() -> AsyncIterator[tuple[int, _Health]]:
-    health = _Health()
+    servicer = _Health()  # "" is SERVING from the start
+    await servicer.set("db", health_pb2.HealthCheckResponse.NOT_SERVING)
+    await servicer.set("odd", 7)  # a status this proto version does not know
     server = grpc.aio.server()
-    handler = grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
-        "Check": grpc.unary_unary_rpc_method_handler(
-            health.check, request_deserializer=decode_health_request, response_serializer=encode_health_response),
-    })
-    server.add_generic_rpc_handlers((handler,))
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
-        yield port, health
+        yield port, servicer
     finally:
         await server.stop(None)
 
@@ -201,6 +195,8 @@ async def test_grpc_probe(grpc_health: Any) -> None:
     assert health.user_agents[-1].startswith("kube-probe/1.33")
     out, msg = await probe_grpc("127.0.0.1", port, "db", 2)
     assert out is Outcome.FAILURE and msg == 'service unhealthy (responded with "NOT_SERVING")'
+    out, msg = await probe_grpc("127.0.0.1", port, "odd", 2)
+    assert out is Outcome.FAILURE and msg == 'service unhealthy (responded with "7")'
     out, msg = await probe_grpc("127.0.0.1", port, "other", 2)
     assert out is Outcome.FAILURE and "NotFound" in msg
     prober = Prober(StubRuntime())

@@ -1,4 +1,4 @@
-"""Pure prober logic: result hysteresis, first-run jitter, named ports, env expansion, gRPC codec."""
+"""Pure prober logic: result hysteresis, first-run jitter, named ports, env expansion, gRPC status names."""
 
 from __future__ import annotations
 
@@ -7,14 +7,7 @@ from typing import Any
 import pytest
 
 from pykubelet.agent.prober import ProbeError, ProbeState, ProbeType, Result, first_delay, resolve_port
-from pykubelet.agent.prober.probes import (
-    build_url,
-    decode_health_request,
-    decode_health_response,
-    encode_health_request,
-    encode_health_response,
-    expand_static,
-)
+from pykubelet.agent.prober.probes import _serving_status_name, build_url, expand_static
 
 S, F, U = Result.SUCCESS, Result.FAILURE, Result.UNKNOWN
 
@@ -100,10 +93,7 @@ def test_expand_static_env() -> None:
     assert expand_static(["echo", "$(A)", "$(B)", "$$(A)", "$(C)"], env) == ["echo", "1", "$(B)", "$(A)", "$(C)"]
 
 
-def test_health_codec_roundtrip() -> None:
-    assert encode_health_request("") == b""
-    assert decode_health_request(encode_health_request("svc.v1")) == "svc.v1"
-    for status in (0, 1, 2, 3):
-        assert decode_health_response(encode_health_response(status)) == status
-    # unknown fields are skipped
-    assert decode_health_response(b"\x12\x02hi" + encode_health_response(1)) == 1
+def test_serving_status_names() -> None:
+    # Go's ServingStatus.String(): the enum name, the number for a value the proto does not define
+    names = [_serving_status_name(status) for status in (0, 1, 2, 3, 7)]
+    assert names == ["UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN", "7"]

@@ -19,8 +19,8 @@ Upstream behaviour followed:
   warning* ("Probe terminated redirects"). 2xx = success, body read capped at 10 KiB; other codes =
   "HTTP probe failed with statuscode: N". Transport errors are failures with Go-like messages.
 * tcpSocket: a TCP connect within the timeout.
-* grpc: ``grpc.health.v1.Health/Check`` on ``podIP:port`` with ``service``; the two tiny messages
-  are hand-encoded (one string field, one enum field) so no generated code is needed. SERVING is
+* grpc: ``grpc.health.v1.Health/Check`` on ``podIP:port`` with ``service``, through the official
+  ``grpcio-health-checking`` stub and messages (``grpc_health.v1``) over ``grpc.aio``. SERVING is
   success; other statuses, UNIMPLEMENTED and deadlines are failures with upstream's wording.
 """
 
@@ -32,11 +32,12 @@ import logging
 import re
 import ssl
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import aiohttp
 import grpc
 import grpc.aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from multidict import CIMultiDict
 from yarl import URL
 
@@ -285,74 +286,12 @@ async def probe_exec(
 
 
 # grpc.health.v1 ---------------------------------------------------------------------------------
-HEALTH_CHECK_METHOD = "/grpc.health.v1.Health/Check"
-SERVING_STATUS = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = 0
-    value = 0
-    while True:
-        if i >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, i
-        shift += 7
-
-
-def encode_health_request(service: str) -> bytes:
-    raw = service.encode()
-    return b"\x0a" + _varint(len(raw)) + raw if raw else b""
-
-
-def decode_health_request(buf: bytes) -> str:
-    return _decode_fields(buf).get(1, b"").decode() if buf else ""  # type: ignore[union-attr]
-
-
-def encode_health_response(status: int) -> bytes:
-    return b"\x08" + _varint(status) if status else b""
-
-
-def decode_health_response(buf: bytes) -> int:
-    v = _decode_fields(buf).get(1, 0)
-    return v if isinstance(v, int) else 0
-
-
-def _decode_fields(buf: bytes) -> dict[int, int | bytes]:
-    fields: dict[int, int | bytes] = {}
-    i = 0
-    while i < len(buf):
-        key, i = _read_varint(buf, i)
-        num, wire = key >> 3, key & 7
-        if wire == 0:
-            v, i = _read_varint(buf, i)
-            fields[num] = v
-        elif wire == 2:
-            ln, i = _read_varint(buf, i)
-            fields[num] = buf[i : i + ln]
-            i += ln
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-    return fields
+def _serving_status_name(status: int) -> str:
+    """Like Go's ``ServingStatus.String()``: the enum name, or the number for an unknown value."""
+    try:
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+    except ValueError:
+        return str(status)
 
 
 async def probe_grpc(host: str, port: int, service: str, timeout: float) -> tuple[Outcome, str]:  # noqa: ASYNC109
@@ -368,13 +307,14 @@ async def probe_grpc(host: str, port: int, service: str, timeout: float) -> tupl
             return Outcome.FAILURE, (
                 f'timeout: failed to connect service "{addr}" within {_go_duration(timeout)}: context deadline exceeded'
             )
-        check = channel.unary_unary(
-            HEALTH_CHECK_METHOD,
-            request_serializer=encode_health_request,
-            response_deserializer=decode_health_response,
-        )
+        stub = health_pb2_grpc.HealthStub(channel)
         try:
-            status = await check(service, timeout=max(0.001, deadline - loop.time()))
+            resp = cast(
+                health_pb2.HealthCheckResponse,
+                await stub.Check(
+                    health_pb2.HealthCheckRequest(service=service), timeout=max(0.001, deadline - loop.time())
+                ),
+            )
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.UNIMPLEMENTED:
                 return Outcome.FAILURE, (
@@ -384,8 +324,8 @@ async def probe_grpc(host: str, port: int, service: str, timeout: float) -> tupl
             if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 return Outcome.FAILURE, f"timeout: health rpc did not complete within {_go_duration(timeout)}"
             return Outcome.FAILURE, f"error: health rpc probe failed: rpc error: code = {_go_code(e.code())} desc = {e.details()}"
-    if status != 1:
-        return Outcome.FAILURE, f'service unhealthy (responded with "{SERVING_STATUS.get(status, str(status))}")'
+    if resp.status != health_pb2.HealthCheckResponse.SERVING:
+        return Outcome.FAILURE, f'service unhealthy (responded with "{_serving_status_name(resp.status)}")'
     return Outcome.SUCCESS, "service healthy"
 
 
