@@ -162,12 +162,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pods", type=int, default=100)
     p.add_argument("--hold", type=float, default=60.0)
+    p.add_argument("--quick", action="store_true", help="hold 15 s")
     p.add_argument("--json", default=None)
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    if args.quick:
+        args.hold = 15.0
     result = asyncio.run(run(args))
     save_json(args.json, result)
     return 0 if result.get("cpu_target_met") and result.get("lateness_target_met") else 1

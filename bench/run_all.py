@@ -1,9 +1,10 @@
-"""Run the three agent benchmarks in sequence (each with its own private containerd).
+"""Run the agent benchmarks in sequence (each with its own private containerd or fake runtime).
 
-``--quick`` shortens each (3 single-pod repetitions, 1 run of 30 pods, 30 pods held 15 s) for a smoke
-run; without it the numbers are the ones recorded in docs/benchmarks-agent.md. ``--json-dir DIR``
-writes ``pod_start.json``, ``30_pods.json`` and ``density.json`` there. Needs root, containerd, runc,
-the CNI plugins and (for the peer column) podman.
+``--quick`` shortens each (3 single-pod repetitions, 1 run of 30 pods, 30 pods held 15 s, probes held
+15 s) for a smoke run; without it the numbers are the ones recorded in docs/benchmarks-agent.md.
+``--json-dir DIR`` writes ``pod_start.json``, ``30_pods.json``, ``density.json`` and ``probes.json``
+there. Needs root, containerd, runc, the CNI plugins and (for the peer column) podman. The API server
+benchmark (bench_apiserver.py, docs/benchmarks-apiserver.md) runs on its own.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_30_pods
 import bench_density
 import bench_pod_start
+import bench_probes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     if out:
         out.mkdir(parents=True, exist_ok=True)
     rc = 0
-    for mod, stem in ((bench_pod_start, "pod_start"), (bench_30_pods, "30_pods"), (bench_density, "density")):
+    for mod, stem in ((bench_pod_start, "pod_start"), (bench_30_pods, "30_pods"), (bench_density, "density"),
+                      (bench_probes, "probes")):
         extra = ["--quick"] if args.quick else []
         if out:
             extra += ["--json", str(out / f"{stem}.json")]
