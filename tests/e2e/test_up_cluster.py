@@ -87,6 +87,10 @@ def test_make_up_ctrl_c_and_resume(e2e_slot: int, tmp_path: Path, kubectl) -> No
         wait("node Ready", lambda: "Ready" in run("get", "nodes", check=False).stdout.replace("NotReady", ""))
         run("apply", "-f", str(ROOT / "examples" / "busybox-pod.yaml"))
         wait("busybox Running", lambda: phase("busybox") == "Running")
+        # The README's next commands, as a newcomer types them.
+        assert "busybox" in run("get", "pods", "-o", "wide").stdout
+        wait("the container's first log line", lambda: "started" in run("logs", "busybox", check=False).stdout)
+        assert "Linux" in run("exec", "busybox", "--", "uname", "-a").stdout
         uid = json.loads(run("get", "pod", "busybox", "-o", "json").stdout)["metadata"]["uid"]
     finally:
         out = stop(proc)
