@@ -421,11 +421,19 @@ class KubeletConfiguration(_Strict):
             raise ValueError(f"must be >= 0, got {v}")
         return v
 
-    @field_validator("node_lease_duration_seconds", "container_log_max_files")
+    @field_validator("node_lease_duration_seconds")
     @classmethod
     def _positive(cls, v: int) -> int:
         if v <= 0:
             raise ValueError(f"must be > 0, got {v}")
+        return v
+
+    @field_validator("container_log_max_files")
+    @classmethod
+    def _at_least_two(cls, v: int) -> int:
+        # upstream's validation: the live log plus at least one rotated file
+        if v < 2:
+            raise ValueError(f"must be > 1, got {v}")
         return v
 
     @field_validator("sync_frequency", "file_check_frequency", "node_status_update_frequency",
@@ -698,6 +706,8 @@ def _verbosity(v: str) -> int:
 _CONFIG_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--pod-manifest-path": ("static_pod_path", str),
     "--pod-logs-dir": ("pod_logs_dir", str),
+    "--container-log-max-size": ("container_log_max_size", str),
+    "--container-log-max-files": ("container_log_max_files", int),
     "--max-pods": ("max_pods", int),
     "--port": ("port", int),
     "--address": ("address", str),

@@ -20,7 +20,11 @@
 - **housekeeping** every 2 s (upstream ``HandlePodCleanups``), only once all configured sources
   delivered their first full list: forget finished workers of pods no longer desired and remove
   their containers, kill and remove runtime pods nobody asked for (orphans, e.g. after a restart),
-  remove orphaned pod cgroups and pod directories, GC back-off entries;
+  remove orphaned pod cgroups and pod directories, remove ``/var/log/containers`` symlinks of
+  containers the runtime no longer has, GC back-off entries;
+- **container log rotation** (``logs.ContainerLogManager``, upstream containerLogManager): every
+  ``containerLogMonitorInterval`` the logs of running containers reaching ``containerLogMaxSize``
+  are rotated, keeping ``containerLogMaxFiles`` files;
 - **periodic resync** of every pod each ``sync_frequency``;
 - **probes** (``prober.ProbeManager``): every pod that is synced gets its probe workers, and every
   status generation feeds them the runtime view (container id, running, started) first; their
@@ -59,6 +63,7 @@ from pykubelet.agent.kuberuntime import types as rt_types
 from pykubelet.agent.kuberuntime.actions import ProbeKill, backoff_key
 from pykubelet.agent.kuberuntime.manager import RuntimeManager
 from pykubelet.agent.lifecycle.handlers import HandlerRunner
+from pykubelet.agent.logs import ContainerLogManager, cleanup_symlinks
 from pykubelet.agent.pleg import GenericPLEG, PodStatusCache
 from pykubelet.agent.podworkers import (
     SYNC_CREATE,
@@ -157,6 +162,10 @@ class Kubelet:
             cluster_domain=cfg.cluster_domain or "cluster.local", resolv_conf=cfg.resolv_conf,
             pods_dir=str(self.root_dir / "pods"), hooks=HandlerRunner(runtime, recorder),
         )
+        self.log_manager = ContainerLogManager(
+            runtime, max_size=cfg.container_log_max_size, max_files=cfg.container_log_max_files,
+            interval=cfg.container_log_monitor_interval,
+        )
         self.probes = ProbeManager(runtime, recorder, on_change=self._on_probe_change)
         self.cache = PodStatusCache()
         self.pleg = GenericPLEG(self.runtime_manager, self.cache, self._on_pleg_event, relist_period=pleg_period)
@@ -206,6 +215,7 @@ class Kubelet:
             log.warning("initial relist failed: %s", e)
         self.pleg.start()
         self.status_manager.start()
+        self.log_manager.start()
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._sync_loop(), name="kubelet-sync-loop"),
@@ -217,6 +227,7 @@ class Kubelet:
         """Stop the loops; never touches containers."""
         await cancel_and_wait(*self._tasks, *self._orphan_kills.values())
         self._tasks = []
+        await self.log_manager.stop()
         await self.pod_workers.stop()
         await self.probes.stop()
         if self.runtime_manager.hooks is not None:
@@ -587,6 +598,7 @@ class Kubelet:
             self.status_manager.forget(uid)
             self._last_sync.pop(uid, None)
         # runtime pods nobody wants (orphans): kill and remove them
+        listed_at = time.time()
         listing = await self.runtime_manager.list_runtime()
         for uid in listing.pods:
             if uid in desired or self.pod_workers.get(uid) is not None or uid in self._orphan_kills:
@@ -598,6 +610,10 @@ class Kubelet:
             if uid not in known:
                 await self.cgroups.destroy(uid)
         await asyncio.to_thread(self._cleanup_pod_dirs, known)
+        # legacy log symlinks of containers the runtime no longer has (upstream container GC)
+        await asyncio.to_thread(cleanup_symlinks, self.runtime_manager.containers_log_dir,
+                                {c.id for c in listing.containers},
+                                created_before=listed_at - 1.0)  # file times use a coarse clock
         self.runtime_manager.backoff.gc()
         self.images.backoff.gc()
 

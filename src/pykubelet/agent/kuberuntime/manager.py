@@ -19,6 +19,10 @@
   PostStartHookError so the container goes through the normal crash-loop back-off.
 - ``gc_pod``/``remove_pod``: remove dead containers, keeping the newest dead one per container name
   (for ``lastState`` and ``logs --previous``), and dead sandboxes (upstream container_gc.go).
+- Legacy log symlinks (upstream startContainer / removeContainerLog): after StartContainer a link
+  ``<containers_log_dir>/<pod>_<ns>_<container>-<id>.log`` points at the container's CRI log (only
+  if that file exists); removing a container removes its link and its log files, rotated ones
+  included (upstream ``logManager.Clean`` globs ``<log_path>*``). See ``agent/logs``.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ from pykubelet.agent.kuberuntime.actions import (
     termination_dependencies,
 )
 from pykubelet.agent.kuberuntime.backoff import Backoff
+from pykubelet.agent.logs import symlinks
+from pykubelet.agent.logs.manager import clean_rotated
 from pykubelet.cri import CRIError, pb
 
 log = logging.getLogger(__name__)
@@ -172,6 +178,7 @@ class RuntimeManager:
         pods_dir: str | None = None,
         extra_mounts: Any = None,
         hooks: Any = None,
+        containers_log_dir: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.images = images
@@ -189,6 +196,8 @@ class RuntimeManager:
         self.pods_dir = pods_dir  # <root_dir>/pods: termination-message files live below it
         self.extra_mounts = extra_mounts  # optional (pod, container) -> list[pb.Mount] (volumes)
         self.hooks = hooks  # lifecycle.HandlerRunner (postStart / preStop), None = no hooks
+        # legacy /var/log/containers symlinks live next to the pod logs dir
+        self.containers_log_dir = containers_log_dir or symlinks.containers_log_dir(pod_logs_dir)
         self.memory_capacity = _memory_capacity()
         self.node_allocatable = {"cpu": Decimal(os.cpu_count() or 1), "memory": Decimal(self.memory_capacity)}
         self.reasons: dict[str, dict[str, tuple[str, str]]] = {}  # uid → container → (reason, message)
@@ -427,6 +436,7 @@ class RuntimeManager:
             return False
         self.recorder.event(pod, "Normal", "Started", f"Started container {name}")
         metrics.STARTED_CONTAINERS.labels(kind).inc()
+        await self._link_container_log(pod, name, cid, os.path.join(sb_config.log_directory, config.log_path))
         self._clear_reason(pod, name)
         if self.hooks is not None and (container.get("lifecycle") or {}).get("postStart"):
             msg = await self.hooks.run_post_start(pod, container, cid, pod_ip=(pod_ips or [""])[0])
@@ -439,6 +449,32 @@ class RuntimeManager:
                 metrics.STARTED_CONTAINERS_ERRORS.labels(kind, "PostStartHookError").inc()
                 return False
         return True
+
+    async def _link_container_log(self, pod: Pod, name: str, cid: str, log_path: str) -> None:
+        """Upstream: symlink the container log to the legacy location for cluster logging."""
+        md = pod.get("metadata") or {}
+        link = symlinks.legacy_log_symlink(self.containers_log_dir, md.get("name", ""),
+                                           md.get("namespace", ""), name, cid)
+        try:
+            await asyncio.to_thread(symlinks.create_symlink, link, log_path)
+        except OSError as e:
+            log.warning("log symlink %s -> %s: %s", link, log_path, e)
+
+    async def _remove_container_logs(self, status: t.RuntimePodStatus, c: t.ContainerRuntimeStatus) -> None:
+        """Upstream removeContainerLog: the container's log files (rotated ones too) and its link."""
+        link = symlinks.legacy_log_symlink(self.containers_log_dir, status.name, status.namespace, c.name, c.id)
+
+        def remove() -> None:
+            symlinks.remove_symlink(link)
+            if c.log_path:
+                clean_rotated(c.log_path)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(c.log_path)
+
+        try:
+            await asyncio.to_thread(remove)
+        except OSError as e:
+            log.warning("removing logs of container %s: %s", c.id, e)
 
     def _termination_message_file(self, pod: Pod, name: str) -> str:
         """Host file bind-mounted at terminationMessagePath (upstream: pods/<uid>/containers/<name>/<id>)."""
@@ -544,6 +580,8 @@ class RuntimeManager:
                 except CRIError as e:
                     if not e.not_found:
                         log.warning("remove container %s: %s", c.id, e)
+                        continue
+                await self._remove_container_logs(status, c)
         live_sandbox_ids = {c.sandbox_id for c in status.containers}
         for sb in status.sandboxes[1:]:
             if sb.ready or sb.id in live_sandbox_ids:
@@ -562,6 +600,8 @@ class RuntimeManager:
             except CRIError as e:
                 if not e.not_found:
                     log.warning("remove container %s: %s", c.id, e)
+                    continue
+            await self._remove_container_logs(status, c)
         for sb in status.sandboxes:
             try:
                 await self.runtime.stop_pod_sandbox(sb.id)
