@@ -1,6 +1,6 @@
 """Shared fixtures for end-to-end tests (real containerd, real kubectl, root).
 
-Several engineers (and pytest-xdist workers) run e2e sessions on the same machine at the same time,
+Several developers (and pytest-xdist workers) may run e2e sessions on the same machine at the same time,
 so each session takes a *slot* -- an exclusive flock on /run/pykubelet-e2e/slot-N.lock held for the
 whole session -- and derives everything host-global from it: the CNI bridge name ``pke<N>``, the pod
 CIDR ``198.19.<N>.0/24`` (inside 198.18.0.0/15, away from ``pykubelet up``'s default 198.18.0.0/24)
@@ -158,10 +158,9 @@ def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str | os.Path
     return factory
 
 
-# =============================================================================================
-# CLUSTER FIXTURE (owned by the lead): `cluster` -- pykubelet server + agent on top of the
-# `containerd` fixture above. Add it below this line.
-# =============================================================================================
+# ---------------------------------------------------------------------------------------------
+# `cluster`: `pykubelet up` (server + scheduler + agent) on a containerd of its own.
+# ---------------------------------------------------------------------------------------------
 
 
 def free_port() -> int:
