@@ -11,6 +11,8 @@ Design: ``NodeStatusManager`` owns the Node object's lifecycle on behalf of the 
    ``nodes/<name>/status`` when it differs from what was last reported, or when
    ``nodeStatusReportFrequency`` (5 min) has elapsed — the Lease (``lease.py``) is the frequent
    heartbeat, node status is only refreshed on change, like upstream with NodeLease.
+   MemoryPressure / DiskPressure / PIDPressure come from the eviction signals observed each
+   update (``pressure.py``) against ``evictionHard``.
 3. Node events on condition transitions: NodeHasSufficientMemory/…/NodeReady/NodeNotReady, and
    "Starting" once when the agent starts.
 
@@ -33,7 +35,7 @@ from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient, ApiError
 
 from ..config import AgentOptions
-from . import setters
+from . import pressure, setters
 from .lease import LeaseController
 from .machine import HostPaths, MachineInfo, discover_node_ip, filesystem_capacity, read_machine_info
 
@@ -64,6 +66,10 @@ class StatusInputs:
     images: list[tuple[list[str], list[str], int]] = field(default_factory=list)
     pleg_healthy: bool = True
     sync_loop_healthy: bool = True
+    # Eviction signals (signal -> available, signal -> capacity) from ``pressure.read_signals``;
+    # unobserved signals never report pressure.
+    pressure_signals: dict[str, int] = field(default_factory=dict)
+    pressure_capacity: dict[str, int] = field(default_factory=dict)
 
 
 def build_status(
@@ -88,10 +94,11 @@ def build_status(
         pleg_healthy=inputs.pleg_healthy,
         sync_loop_healthy=inputs.sync_loop_healthy,
     )
+    under = pressure.pressure_conditions(inputs.pressure_signals, cfg.eviction_hard, inputs.pressure_capacity)
     current = [
-        setters.pressure_condition(setters.MEMORY_PRESSURE, False),
-        setters.pressure_condition(setters.DISK_PRESSURE, False),
-        setters.pressure_condition(setters.PID_PRESSURE, False),
+        setters.pressure_condition(setters.MEMORY_PRESSURE, under[setters.MEMORY_PRESSURE]),
+        setters.pressure_condition(setters.DISK_PRESSURE, under[setters.DISK_PRESSURE]),
+        setters.pressure_condition(setters.PID_PRESSURE, under[setters.PID_PRESSURE]),
         setters.ready_condition(errs, cap),
     ]
     conditions, changed = setters.merge_conditions(previous_conditions, current, now)
@@ -264,6 +271,13 @@ class NodeStatusManager:
             except Exception as e:
                 log.debug("engine health unavailable: %s", e)
         storage = await asyncio.to_thread(filesystem_capacity, self.options.root_dir)
+        try:
+            signals, sig_cap = await asyncio.to_thread(
+                pressure.read_signals, m.memory_bytes, self.options.root_dir, self.host_paths
+            )
+        except Exception as e:  # pressure is best effort: unobserved means no pressure
+            log.debug("eviction signals unavailable: %s", e)
+            signals, sig_cap = {}, {}
         return StatusInputs(
             machine=m,
             node_ip=await self._ip(),
@@ -275,6 +289,8 @@ class NodeStatusManager:
             images=imgs,
             pleg_healthy=pleg_ok,
             sync_loop_healthy=sync_ok,
+            pressure_signals=signals,
+            pressure_capacity=sig_cap,
         )
 
     async def sync_once(self, *, force: bool = False) -> bool:
