@@ -291,6 +291,14 @@ class RuntimeManager:
     def reasons_for(self, uid: str) -> dict[str, tuple[str, str]]:
         return dict(self.reasons.get(uid, {}))
 
+    def _start_failed(self, pod: Pod, name: str, kind: str, reason: str, err: Exception) -> bool:
+        """Record a failed create/start the way upstream surfaces it: waiting reason, event, metric."""
+        msg = getattr(err, "details", None) or str(err)
+        self._set_reason(pod, name, reason, msg)
+        self.recorder.event(pod, "Warning", "Failed", f"Error: {msg}")
+        metrics.STARTED_CONTAINERS_ERRORS.labels(kind, reason).inc()
+        return False
+
     def _set_reason(self, pod: Pod, name: str, reason: str, message: str) -> None:
         self.reasons.setdefault(pod["metadata"]["uid"], {})[name] = (reason, message)
 
@@ -420,20 +428,12 @@ class RuntimeManager:
         try:
             cid = await self.runtime.create_container(sandbox_id, config, sb_config)
         except Exception as e:
-            msg = getattr(e, "details", None) or str(e)
-            self._set_reason(pod, name, "CreateContainerError", msg)
-            self.recorder.event(pod, "Warning", "Failed", f"Error: {msg}")
-            metrics.STARTED_CONTAINERS_ERRORS.labels(kind, "CreateContainerError").inc()
-            return False
+            return self._start_failed(pod, name, kind, "CreateContainerError", e)
         self.recorder.event(pod, "Normal", "Created", f"Created container: {name}")
         try:
             await self.runtime.start_container(cid)
         except Exception as e:
-            msg = getattr(e, "details", None) or str(e)
-            self._set_reason(pod, name, "RunContainerError", msg)
-            self.recorder.event(pod, "Warning", "Failed", f"Error: {msg}")
-            metrics.STARTED_CONTAINERS_ERRORS.labels(kind, "RunContainerError").inc()
-            return False
+            return self._start_failed(pod, name, kind, "RunContainerError", e)
         self.recorder.event(pod, "Normal", "Started", f"Started container {name}")
         metrics.STARTED_CONTAINERS.labels(kind).inc()
         await self._link_container_log(pod, name, cid, os.path.join(sb_config.log_directory, config.log_path))

@@ -33,18 +33,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
-
 from pykubelet.agent.prober.probes import (
     KUBE_VERSION,
     ExecRuntime,
     HTTPFailure,
     ProbeError,
+    ProbeHTTP,
     bare_container_id,
     build_headers,
     build_url,
     http_get,
-    new_http_session,
 )
 
 log = logging.getLogger(__name__)
@@ -72,17 +70,10 @@ class HandlerRunner:
         self.runtime = runtime
         self.recorder = recorder
         self.clock = clock
-        self._session: aiohttp.ClientSession | None = None
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = new_http_session()
-        return self._session
+        self._http = ProbeHTTP()
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.close()
 
     async def run(self, pod: dict[str, Any], container: dict[str, Any], container_id: str,
                   handler: dict[str, Any], *, pod_ip: str, timeout: float) -> str | None:  # noqa: ASYNC109
@@ -137,7 +128,7 @@ class HandlerRunner:
             return str(e)
         headers = build_headers(action, USER_AGENT_LIFECYCLE)
         try:
-            res = await http_get(self._http(), url, headers, timeout if timeout > 0 else 3600.0)
+            res = await http_get(self._http.session(), url, headers, timeout if timeout > 0 else 3600.0)
         except HTTPFailure as e:
             return str(e)
         if res.status >= 400:

@@ -180,6 +180,23 @@ def new_http_session() -> aiohttp.ClientSession:
     )
 
 
+class ProbeHTTP:
+    """One lazily created probe session, shared by a prober or a hook runner and closed with it."""
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = new_http_session()
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
 async def http_get(
     session: aiohttp.ClientSession, url: URL, headers: CIMultiDict[str], timeout: float  # noqa: ASYNC109
 ) -> HTTPResult:
@@ -345,17 +362,13 @@ class Prober:
 
     def __init__(self, runtime: ExecRuntime) -> None:
         self.runtime = runtime
-        self._session: aiohttp.ClientSession | None = None
+        self._http = ProbeHTTP()
 
     def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = new_http_session()
-        return self._session
+        return self._http.session()
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.close()
 
     async def run(
         self, probe: Mapping[str, Any], container: Mapping[str, Any], container_id: str, pod_ip: str
