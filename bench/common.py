@@ -11,7 +11,7 @@ the ratios. The pieces:
 - :func:`pod_manifest` — the benchmark pod: one ``busybox:1.36`` container running ``sleep 3600``
   with ``imagePullPolicy: IfNotPresent`` (BestEffort QoS).
 - :class:`RawCRI` — runs that same pod with the bare CRI calls the agent makes for it, built by the
-  agent's own pure builders (``kuberuntime.podconfig.sandbox_config``/``container_config``, pod cgroup
+  agent's own pure builders (``kuberuntime.criconfig.sandbox_config``/``container_config``, pod cgroup
   from ``cm.PodCgroupManager``): pod cgroup + log dir, RunPodSandbox, PodSandboxStatus (pod IP),
   ImageStatus (IfNotPresent check), CreateContainer, StartContainer. This is the floor: what any
   kubelet must pay the runtime; everything above it is the agent's (and control plane's) overhead.
@@ -49,7 +49,7 @@ if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
 from pykubelet.agent.cm.podcgroups import PodCgroupManager  # noqa: E402
-from pykubelet.agent.kuberuntime import podconfig  # noqa: E402
+from pykubelet.agent.kuberuntime import criconfig  # noqa: E402
 from pykubelet.common.apiclient import ApiClient, ApiError  # noqa: E402
 from pykubelet.cri import CRIClient  # noqa: E402
 from pykubelet.up.containerd import PrivateContainerd  # noqa: E402
@@ -221,7 +221,7 @@ class RawCRI:
         pod = pod_manifest(name, uid=str(uuid.uuid4()))
         rp = RawPod(pod)
         await self.cgroups.ensure(pod)
-        sb = podconfig.sandbox_config(pod, 0, pod_logs_dir=str(self.logs_dir),
+        sb = criconfig.sandbox_config(pod, 0, pod_logs_dir=str(self.logs_dir),
                                       cgroup_parent=self.cgroups.cgroup_parent(pod))
         os.makedirs(sb.log_directory, exist_ok=True)
         rp.sandbox_id = await self.cri.run_pod_sandbox(sb)
@@ -231,7 +231,7 @@ class RawCRI:
         if not img.image.id:
             raise RuntimeError(f"{BUSYBOX_PINNED_IMAGE} not present in containerd")
         container = pod["spec"]["containers"][0]
-        cfg = await podconfig.container_config(
+        cfg = await criconfig.container_config(
             pod, container, image_ref=img.image.id, restart_count=0, pod_ips=ips, host_ips=["127.0.0.1"],
             node_name=NODE_NAME, memory_capacity=self.memory_capacity, node_allocatable={"cpu": Decimal(2)},
         )
@@ -247,7 +247,7 @@ class RawCRI:
             await self.cri.stop_pod_sandbox(rp.sandbox_id)
             await self.cri.remove_pod_sandbox(rp.sandbox_id)
         await self.cgroups.destroy(rp.pod["metadata"]["uid"])
-        shutil.rmtree(podconfig.pod_log_dir(str(self.logs_dir), rp.pod), ignore_errors=True)
+        shutil.rmtree(criconfig.pod_log_dir(str(self.logs_dir), rp.pod), ignore_errors=True)
 
 
 async def wait_runtime_empty(cri: CRIClient, within: float = 120) -> None:

@@ -59,7 +59,7 @@ from typing import Any, Protocol
 from pykubelet.agent import metrics
 from pykubelet.agent.cm.podcgroups import PodCgroupManager
 from pykubelet.agent.images.manager import ImageManager
-from pykubelet.agent.kuberuntime import types as rt_types
+from pykubelet.agent.container import runtime as rt_types
 from pykubelet.agent.kuberuntime.actions import ProbeKill, backoff_key
 from pykubelet.agent.kuberuntime.manager import RuntimeManager
 from pykubelet.agent.lifecycle.handlers import HandlerRunner

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pykubelet.agent import metrics
-from pykubelet.agent.kuberuntime.types import RuntimePodStatus
+from pykubelet.agent.container.runtime import RuntimePodStatus
 from pykubelet.common.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)

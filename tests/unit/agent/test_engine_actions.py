@@ -13,7 +13,7 @@ from pykubelet.agent.kuberuntime.actions import (
     should_container_be_restarted,
 )
 from pykubelet.agent.kuberuntime.backoff import Backoff
-from pykubelet.agent.kuberuntime.types import (
+from pykubelet.agent.container.runtime import (
     ContainerRuntimeStatus,
     RuntimePodStatus,
     SandboxRuntimeStatus,

@@ -18,8 +18,8 @@ from pykubelet.agent.images.manager import (
     default_pull_policy,
     registry_host,
 )
-from pykubelet.agent.kuberuntime import podconfig
-from pykubelet.agent.kuberuntime.types import hash_container
+from pykubelet.agent.kuberuntime import criconfig
+from pykubelet.agent.container.runtime import hash_container
 from pykubelet.cri import pb
 
 
@@ -33,7 +33,7 @@ MEM = 8 * 1024**3
 
 
 async def build(p: dict[str, Any], c: dict[str, Any], lookup: Any = None, restart: int = 0) -> pb.ContainerConfig:
-    return await podconfig.container_config(
+    return await criconfig.container_config(
         p, c, image_ref="sha256:img", restart_count=restart, pod_ips=["198.18.0.9"], host_ips=["10.0.0.1"],
         node_name="node1", memory_capacity=MEM, node_allocatable={"cpu": Decimal(2), "memory": Decimal(MEM)},
         lookup=lookup)
@@ -43,7 +43,7 @@ def test_sandbox_config_labels_logs_dns_ports(tmp_path: Path) -> None:
     resolv = tmp_path / "resolv.conf"
     resolv.write_text("nameserver 1.1.1.1\nsearch example.org\noptions ndots:2\n")
     p = pod([{"name": "a", "image": "i", "ports": [{"containerPort": 80, "hostPort": 8080}]}])
-    cfg = podconfig.sandbox_config(p, 2, pod_logs_dir="/var/log/pods", cgroup_parent="/pk/kubepods/besteffort/poduid-1",
+    cfg = criconfig.sandbox_config(p, 2, pod_logs_dir="/var/log/pods", cgroup_parent="/pk/kubepods/besteffort/poduid-1",
                                    resolv_conf=str(resolv))
     assert cfg.metadata.name == "web" and cfg.metadata.attempt == 2 and cfg.metadata.uid == "uid-1"
     assert cfg.log_directory == "/var/log/pods/ns1_web_uid-1"
@@ -54,7 +54,7 @@ def test_sandbox_config_labels_logs_dns_ports(tmp_path: Path) -> None:
     assert cfg.port_mappings[0].host_port == 8080 and cfg.port_mappings[0].container_port == 80
     assert cfg.linux.cgroup_parent == "/pk/kubepods/besteffort/poduid-1"
     assert cfg.linux.security_context.namespace_options.network == pb.POD
-    cfg = podconfig.sandbox_config(p, 0, pod_logs_dir="/l", cluster_dns=["10.96.0.10"], resolv_conf=str(resolv))
+    cfg = criconfig.sandbox_config(p, 0, pod_logs_dir="/l", cluster_dns=["10.96.0.10"], resolv_conf=str(resolv))
     assert list(cfg.dns_config.servers) == ["10.96.0.10"]
     assert list(cfg.dns_config.searches)[:1] == ["ns1.svc.cluster.local"]
 
@@ -112,18 +112,18 @@ async def test_container_config_env_and_expansion() -> None:
 
 async def test_missing_configmap_is_config_error() -> None:
     c = {"name": "a", "image": "i", "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "nope", "key": "k"}}}]}
-    with pytest.raises(podconfig.ConfigError):
+    with pytest.raises(criconfig.ConfigError):
         await build(pod([c]), c, None)
 
 
 def test_oom_score_adj_by_qos() -> None:
     res = {"cpu": "1", "memory": "1Gi"}
     g = {"name": "g", "image": "i", "resources": {"limits": res, "requests": res}}
-    assert podconfig.oom_score_adj(pod([g]), g, MEM) == -997
+    assert criconfig.oom_score_adj(pod([g]), g, MEM) == -997
     be = {"name": "b", "image": "i"}
-    assert podconfig.oom_score_adj(pod([be]), be, MEM) == 1000
+    assert criconfig.oom_score_adj(pod([be]), be, MEM) == 1000
     bu = {"name": "b", "image": "i", "resources": {"requests": {"memory": "4Gi"}}}
-    assert podconfig.oom_score_adj(pod([bu]), bu, MEM) == 500
+    assert criconfig.oom_score_adj(pod([bu]), bu, MEM) == 500
 
 
 def test_registry_and_pull_policy_helpers() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pykubelet.agent.kuberuntime.types import ContainerRuntimeStatus, RuntimePodStatus, SandboxRuntimeStatus
+from pykubelet.agent.container.runtime import ContainerRuntimeStatus, RuntimePodStatus, SandboxRuntimeStatus
 from pykubelet.agent.status.generate import generate_api_status
 from pykubelet.agent.status.manager import StatusManager, status_equal
 

@@ -9,7 +9,7 @@ from typing import Any
 from pykubelet.agent.events import EventRecorder
 from pykubelet.agent.kuberuntime.actions import ProbeKill, compute_pod_actions, termination_dependencies
 from pykubelet.agent.kuberuntime.backoff import Backoff
-from pykubelet.agent.kuberuntime.types import (
+from pykubelet.agent.container.runtime import (
     ContainerRuntimeStatus,
     RuntimePodStatus,
     SandboxRuntimeStatus,

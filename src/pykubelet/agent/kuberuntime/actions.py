@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pykubelet.agent.kuberuntime.backoff import Backoff
-from pykubelet.agent.kuberuntime.types import (
+from pykubelet.agent.container.runtime import (
     STATE_CREATED,
     STATE_EXITED,
     STATE_RUNNING,

@@ -39,8 +39,8 @@ from typing import Any
 
 from pykubelet.agent import metrics
 from pykubelet.agent.images.manager import ImageManager
-from pykubelet.agent.kuberuntime import podconfig
-from pykubelet.agent.kuberuntime import types as t
+from pykubelet.agent.kuberuntime import criconfig
+from pykubelet.agent.container import runtime as t
 from pykubelet.agent.kuberuntime.actions import (
     PodActions,
     ProbeKillFunc,
@@ -169,7 +169,7 @@ class RuntimeManager:
         node_name: str = "",
         host_ips: list[str] | None = None,
         cgroup_parent: Any = None,
-        lookup: podconfig.Lookup | None = None,
+        lookup: criconfig.Lookup | None = None,
         backoff: Backoff | None = None,
         cluster_dns: list[str] | None = None,
         cluster_domain: str = "cluster.local",
@@ -309,7 +309,7 @@ class RuntimeManager:
         self.reasons.pop(uid, None)
 
     def sandbox_config(self, pod: Pod, attempt: int) -> pb.PodSandboxConfig:
-        return podconfig.sandbox_config(
+        return criconfig.sandbox_config(
             pod, attempt, pod_logs_dir=self.pod_logs_dir, cgroup_parent=self.cgroup_parent(pod),
             cluster_dns=self.cluster_dns, cluster_domain=self.cluster_domain, resolv_conf=self.resolv_conf,
         )
@@ -324,12 +324,12 @@ class RuntimeManager:
         log.debug("pod %s actions %s", format_pod(pod), actions)
         if actions.kill_pod:
             if status.running() or any(s.ready for s in status.sandboxes):
-                await self.kill_pod(pod, status, podconfig.termination_grace(pod), reason="")
+                await self.kill_pod(pod, status, criconfig.termination_grace(pod), reason="")
         else:
             await asyncio.gather(*(
                 self._kill_container(
                     pod, cid, info.name,
-                    info.grace if info.grace is not None else podconfig.termination_grace(pod),
+                    info.grace if info.grace is not None else criconfig.termination_grace(pod),
                     info.message, container=_find_spec(pod, info.name), pod_ip=(status.ips or [""])[0],
                 )
                 for cid, info in actions.containers_to_kill.items()
@@ -399,12 +399,12 @@ class RuntimeManager:
         if prev is not None and prev.state == t.STATE_EXITED and prev.finished_at:
             self.backoff.next(backoff_key(pod, container), prev.finished_at)
         try:
-            config = await podconfig.container_config(
+            config = await criconfig.container_config(
                 pod, container, image_ref=img.image_ref, restart_count=restart_count, pod_ips=pod_ips,
                 host_ips=self.host_ips, node_name=self.node_name, memory_capacity=self.memory_capacity,
                 node_allocatable=self.node_allocatable, lookup=self.lookup,
             )
-        except podconfig.ConfigError as e:
+        except criconfig.ConfigError as e:
             self._set_reason(pod, name, "CreateContainerConfigError", str(e))
             self.recorder.event(pod, "Warning", "Failed", f"Error: {e}")
             metrics.STARTED_CONTAINERS_ERRORS.labels(kind, "CreateContainerConfigError").inc()
@@ -443,7 +443,7 @@ class RuntimeManager:
             if msg:
                 self.recorder.event(pod, "Warning", "FailedPostStartHook", msg)
                 with contextlib.suppress(Exception):
-                    await self._kill_container(pod, cid, name, podconfig.termination_grace(pod),
+                    await self._kill_container(pod, cid, name, criconfig.termination_grace(pod),
                                                "FailedPostStartHook", container=None)
                 self._set_reason(pod, name, "PostStartHookError", msg)
                 metrics.STARTED_CONTAINERS_ERRORS.labels(kind, "PostStartHookError").inc()
@@ -521,7 +521,7 @@ class RuntimeManager:
         """Stop every running container (in parallel, with grace) then every sandbox."""
         running = [c for c in status.containers if c.state in (t.STATE_RUNNING, t.STATE_CREATED, t.STATE_UNKNOWN)]
         if grace is None:
-            grace = podconfig.termination_grace(pod) if pod is not None else 30
+            grace = criconfig.termination_grace(pod) if pod is not None else 30
         deps = termination_dependencies(pod, [c.name for c in running])
         done = {c.name: asyncio.Event() for c in running}
         pod_ip = (status.ips or [""])[0]

@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from pykubelet.agent.kuberuntime.types import (
+from pykubelet.agent.container.runtime import (
     STATE_CREATED,
     STATE_EXITED,
     STATE_RUNNING,

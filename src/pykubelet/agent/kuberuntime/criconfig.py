@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Any
 
-from pykubelet.agent.kuberuntime import types as t
+from pykubelet.agent.container import runtime as t
 from pykubelet.common import podutil
 from pykubelet.common.quantity import QuantityError, parse_quantity
 from pykubelet.cri import pb
