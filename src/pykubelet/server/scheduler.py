@@ -13,8 +13,8 @@ Upstream behaviour followed (pkg/scheduler/framework/plugins, pkg/scheduler/sche
 - filter plugins in default-profile order, a node failing at the first plugin that rejects it:
   NodeUnschedulable ("node(s) were unschedulable", bypassed by tolerating
   node.kubernetes.io/unschedulable:NoSchedule), NodeName, TaintToleration (NoSchedule/NoExecute
-  taints; "node(s) had untolerated taint {key: value}"), NodeAffinity (nodeSelector + required
-  nodeSelectorTerms with In/NotIn/Exists/DoesNotExist/Gt/Lt and matchFields metadata.name;
+  taints, matched by ``common.tolerations``; "node(s) had untolerated taint {key: value}"),
+  NodeAffinity (nodeSelector + required nodeSelectorTerms with In/NotIn/Exists/DoesNotExist/Gt/Lt and matchFields metadata.name;
   "node(s) didn't match Pod's node affinity/selector"), NodePorts ("node(s) didn't have free ports
   for the requested pod ports"), NodeResourcesFit ("Too many pods", "Insufficient cpu", ...);
 - readiness is expressed as upstream's TaintNodesByCondition taints: a node that is not Ready
@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 from pykubelet.common.podutil import container_requests, pod_requests
 from pykubelet.common.quantity import QuantityError, parse_quantity
+from pykubelet.common.tolerations import first_untolerated_taint, tolerations_tolerate_taint
 
 log = logging.getLogger(__name__)
 
@@ -118,29 +119,6 @@ def effective_taints(node: Obj) -> list[Obj]:
     if extra and not any(t.get("key") == extra and t.get("effect") == "NoSchedule" for t in taints):
         taints.append({"key": extra, "effect": "NoSchedule"})
     return taints
-
-
-def tolerates(toleration: Obj, taint: Obj) -> bool:
-    """Upstream Toleration.ToleratesTaint."""
-    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
-        return False
-    if toleration.get("key") and toleration.get("key") != taint.get("key"):
-        return False
-    op = toleration.get("operator") or "Equal"
-    if op == "Exists":
-        return True
-    if op == "Equal":
-        return (toleration.get("value") or "") == (taint.get("value") or "")
-    return False
-
-
-def untolerated_taint(taints: Iterable[Obj], tolerations: list[Obj], effects: tuple[str, ...]) -> Obj | None:
-    for t in taints:
-        if t.get("effect") not in effects:
-            continue
-        if not any(tolerates(tol, t) for tol in tolerations if isinstance(tol, dict)):
-            return t
-    return None
 
 
 def _match_requirement(req: Obj, values: dict[str, str]) -> bool:
@@ -259,12 +237,12 @@ def filter_node(pod: Obj, node: Obj, node_pods: list[Obj]) -> list[str]:
     tolerations = [t for t in _spec(pod).get("tolerations") or [] if isinstance(t, dict)]
     if _spec(node).get("unschedulable"):
         unsched = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
-        if not any(tolerates(t, unsched) for t in tolerations):
+        if not tolerations_tolerate_taint(tolerations, unsched):
             return [REASON_UNSCHEDULABLE]
     want = _spec(pod).get("nodeName")
     if want and want != _meta(node).get("name"):
         return [REASON_NODE_NAME]
-    taint = untolerated_taint(effective_taints(node), tolerations, ("NoSchedule", "NoExecute"))
+    taint = first_untolerated_taint(effective_taints(node), tolerations, ("NoSchedule", "NoExecute"))
     if taint is not None:
         return [f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}"]
     if not matches_node_affinity(pod, node):
