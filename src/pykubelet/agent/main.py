@@ -7,6 +7,10 @@ object graph in dependency order and tears it down in reverse:
     ApiClient (optional) → CRIClient (connect with retry) → EventRecorder → Kubelet (engine)
     → PodConfig + sources (file, apiserver) → NodeStatusManager (+ Lease) → KubeletServer
 
+Each part is pushed on a ``contextlib.AsyncExitStack`` once started, so the stop order is always the
+reverse of the start order, and a part that fails to stop (or takes over 10 s) never keeps the
+others running.
+
 Without ``--kubeconfig`` the agent runs standalone: static pods only, no registration, no lease, no
 events written — upstream's standalone mode.  Stopping cancels loops only: containers keep running,
 so restarting the agent never restarts healthy containers (the engine re-adopts them from CRI
@@ -20,7 +24,7 @@ import contextlib
 import logging
 import signal
 import sys
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from pykubelet.common.apiclient import ApiClient
 from pykubelet.cri import CRIClient
@@ -51,7 +55,7 @@ def setup_logging(verbosity: int) -> None:
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-async def _connect_runtime(runtime: Any, stop: asyncio.Event) -> bool:
+async def _connect_runtime(runtime: CRIClient, stop: asyncio.Event) -> bool:
     """Wait for the CRI runtime (it may start after us); False if asked to stop first."""
     attempt = 0
     while not stop.is_set():
@@ -69,16 +73,23 @@ async def _connect_runtime(runtime: Any, stop: asyncio.Event) -> bool:
     return False
 
 
-async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None) -> int:
-    """Run the agent until ``stop`` is set (or a signal arrives); returns the exit code."""
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
+def _stopper(name: str, stop: Callable[[], Awaitable[None]], timeout: float = 10.0) -> Callable[[], Awaitable[None]]:
+    """A stop callback for the exit stack: bounded in time, and a failure never stops the others."""
+    async def run() -> None:
+        try:
+            await asyncio.wait_for(stop(), timeout=timeout)
+        except Exception as e:
+            log.warning("error stopping %s: %s", name, e)
+    return run
 
+
+async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None) -> int:
+    """Run the agent until ``stop`` is set (or a signal arrives); returns the exit code.
+
+    Every part is registered on an ``AsyncExitStack`` right after it started, so it is stopped in
+    reverse order of starting whatever happens (normal stop, a failed start, cancellation).
+    """
+    stop = stop or asyncio.Event()
     cfg = options.config
     api: ApiClient | None = None
     if options.kubeconfig is not None:
@@ -93,64 +104,55 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None) ->
     runtime = CRIClient(options.container_runtime_endpoint, timeout=cfg.runtime_request_timeout,
                         observer=metrics.cri_observer)
     recorder = EventRecorder(api, component="kubelet", host=options.node_name)
-    stack: list[tuple[str, Any]] = []  # (name, stop coroutine function), stopped in reverse
-    code = 0
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        _install_signal_handlers(stack, stop)
+        if api is not None:
+            stack.push_async_callback(_stopper("API client", api.close, 5.0))
+        stack.push_async_callback(_stopper("CRI client", runtime.close, 5.0))
+        stack.push_async_callback(_stopper("event recorder", recorder.close, 5.0))
         if not await _connect_runtime(runtime, stop):
             return 0
         updates: asyncio.Queue[PodUpdate] = asyncio.Queue()
         kubelet = Kubelet(options=options, api=api, runtime=runtime, recorder=recorder, updates=updates)
         await kubelet.start()
-        stack.append(("kubelet", kubelet.stop))
+        stack.push_async_callback(_stopper("kubelet", kubelet.stop))
 
         podconfig = PodConfig(updates, on_source_ready=kubelet.mark_source_ready)
         if cfg.static_pod_path:
             fsrc = FileSource(cfg.static_pod_path, options.node_name, podconfig, interval=cfg.file_check_frequency)
             fsrc.start()
-            stack.append(("static pod source", fsrc.stop))
+            stack.push_async_callback(_stopper("static pod source", fsrc.stop))
         if api is not None:
             nsm = NodeStatusManager(options=options, api=api, runtime=runtime, kubelet=kubelet, recorder=recorder)
             await nsm.start()
-            stack.append(("node status", nsm.stop))
+            stack.push_async_callback(_stopper("node status", nsm.stop))
             asrc = ApiServerSource(api, options.node_name, podconfig)
             asrc.start()
-            stack.append(("api pod source", asrc.stop))
+            stack.push_async_callback(_stopper("api pod source", asrc.stop))
 
-        server = _make_server(kubelet=kubelet, runtime=runtime, options=options, api=api)
-        if server is not None:
+        if cfg.enable_server:
+            server = KubeletServer(pods=kubelet, runtime=runtime, options=options, api=api)
             try:
                 await server.start()
-                stack.append(("kubelet server", server.stop))
             except OSError as e:
                 log.error("cannot start the kubelet server on port %d: %s", cfg.port, e)
-                code = 1
-                return code
+                return 1
+            stack.push_async_callback(_stopper("kubelet server", server.stop))
         log.info("pykubelet agent running as node %s", options.node_name)
         await stop.wait()
         log.info("stopping (containers keep running)")
-        return code
-    finally:
-        for name, stopper in reversed(stack):
-            try:
-                await asyncio.wait_for(stopper(), timeout=10.0)
-            except Exception as e:
-                log.warning("error stopping %s: %s", name, e)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(recorder.close(), timeout=5.0)
-        with contextlib.suppress(Exception):
-            await runtime.close()
-        if api is not None:
-            with contextlib.suppress(Exception):
-                await api.close()
-        for sig in installed:
-            with contextlib.suppress(Exception):
-                loop.remove_signal_handler(sig)
+        return 0
 
 
-def _make_server(**kw: Any) -> KubeletServer | None:
-    if not kw["options"].config.enable_server:
-        return None
-    return KubeletServer(**kw)
+def _install_signal_handlers(stack: contextlib.AsyncExitStack, stop: asyncio.Event) -> None:
+    """SIGTERM/SIGINT set ``stop``; the handlers are removed when the stack unwinds."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue  # not the main thread (tests), or no signals on this platform
+        stack.callback(loop.remove_signal_handler, sig)
 
 
 def main(argv: list[str] | None = None) -> int:

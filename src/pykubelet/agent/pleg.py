@@ -3,37 +3,78 @@
 containerd 1.6 does not implement GetContainerEvents, so like upstream's GenericPLEG the agent
 relists: every ``relist_period`` (1 s) it lists sandboxes and containers, diffs each pod's
 {id → state} map against the previous relist, fetches the full status of pods that changed, stores
-it in the ``PodStatusCache`` and calls ``on_event(uid, events)`` so the pod's worker wakes up.
+it in the ``PodStatusCache`` and hands one typed ``PodLifecycleEvent`` per change to ``on_event``.
 
-``PodStatusCache`` implements upstream's "newer than" semantics: every entry carries the time the
-runtime was *queried* (taken before the query), the cache has a global timestamp moved forward after
-each complete relist, and ``get_newer_than(uid, t)`` waits until either the entry or the global
-timestamp is newer than ``t`` — so a worker never decides on a view older than its own last sync.
+Events follow upstream's ``generateEvents``: a sandbox or container that is now running gives
+``ContainerStarted``, one that exited ``ContainerDied``, one that disappeared ``ContainerRemoved``
+(after ``ContainerDied`` if it was running), any other change ``ContainerChanged``; a pod whose cache
+entry had to be refreshed without any per-container change gives ``PodSync``. The sync loop drops the
+events that need no sync (``is_sync_pod_worthy``: ``ContainerRemoved``), as upstream does.
+
+``PodStatusCache`` keeps upstream's "newer than" bookkeeping: every entry carries the time the runtime
+was *queried* (taken before the query) and the cache has a global timestamp moved forward after each
+complete relist, so a worker can tell whether the cache already holds a view newer than its own last
+sync (``newer_than``) or must query the runtime itself.
 ``healthy()`` is False when the last relist is older than 3 minutes (upstream relistThreshold).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Protocol
 
 from pykubelet.agent import metrics
-from pykubelet.agent.container.runtime import RuntimePodStatus
-from pykubelet.common.aio import cancel_and_wait
+from pykubelet.agent.container.runtime import ContainerState, RuntimePodStatus
+from pykubelet.agent.kuberuntime.manager import RuntimeListing, container_state
+from pykubelet.common.aio import cancel_and_wait, run_every
+from pykubelet.cri import pb
 
 log = logging.getLogger(__name__)
 
 RELIST_THRESHOLD = 180.0
 
 
+class PodLifecycleEventType(enum.StrEnum):
+    """Upstream ``PodLifeCycleEventType``."""
+
+    CONTAINER_STARTED = "ContainerStarted"
+    CONTAINER_DIED = "ContainerDied"
+    CONTAINER_REMOVED = "ContainerRemoved"
+    CONTAINER_CHANGED = "ContainerChanged"
+    POD_SYNC = "PodSync"
+
+
+@dataclass(frozen=True)
+class PodLifecycleEvent:
+    """One change the PLEG saw in the runtime (upstream ``PodLifecycleEvent``)."""
+
+    pod_uid: str
+    type: PodLifecycleEventType
+    container_id: str = ""  # the sandbox or container id; empty for PodSync
+
+
+def is_sync_pod_worthy(event: PodLifecycleEvent) -> bool:
+    """Upstream ``isSyncPodWorthy``: a removed container changes nothing the pod worker acts on."""
+    return event.type is not PodLifecycleEventType.CONTAINER_REMOVED
+
+
+class RuntimeLister(Protocol):
+    """What the PLEG needs from the runtime manager."""
+
+    async def list_runtime(self) -> RuntimeListing: ...
+
+    async def get_pod_status(self, uid: str) -> RuntimePodStatus: ...
+
+
 class PodStatusCache:
     def __init__(self) -> None:
         self._entries: dict[str, RuntimePodStatus] = {}
         self._global = 0.0
-        self._cond = asyncio.Condition()
 
     def get(self, uid: str) -> RuntimePodStatus:
         st = self._entries.get(uid)
@@ -45,46 +86,29 @@ class PodStatusCache:
     def uids(self) -> list[str]:
         return list(self._entries)
 
-    async def _notify(self) -> None:
-        async with self._cond:
-            self._cond.notify_all()
-
     def set(self, uid: str, status: RuntimePodStatus) -> None:
         old = self._entries.get(uid)
         if old is not None and old.timestamp > status.timestamp:
             return  # never replace a newer view with an older one
         self._entries[uid] = status
-        self._wake()
 
     def delete(self, uid: str) -> None:
         self._entries.pop(uid, None)
 
     def update_time(self, ts: float) -> None:
         self._global = max(self._global, ts)
-        self._wake()
-
-    def _wake(self) -> None:
-        try:
-            asyncio.get_running_loop().create_task(self._notify())
-        except RuntimeError:
-            pass
 
     def newer_than(self, uid: str, ts: float) -> bool:
         st = self._entries.get(uid)
         return (st is not None and st.timestamp > ts) or self._global > ts
 
-    async def get_newer_than(self, uid: str, ts: float) -> RuntimePodStatus:
-        async with self._cond:
-            await self._cond.wait_for(lambda: self.newer_than(uid, ts))
-        return self.get(uid)
-
 
 class GenericPLEG:
     def __init__(
         self,
-        manager: Any,
+        manager: RuntimeLister,
         cache: PodStatusCache,
-        on_event: Callable[[str, list[str]], None],
+        on_event: Callable[[PodLifecycleEvent], None],
         *,
         relist_period: float = 1.0,
         clock: Callable[[], float] = time.time,
@@ -94,7 +118,7 @@ class GenericPLEG:
         self.on_event = on_event
         self.relist_period = relist_period
         self.clock = clock
-        self._old: dict[str, dict[str, str]] = {}
+        self._old: dict[str, dict[str, ContainerState]] = {}
         self._last_relist = 0.0
         self._last_relist_mono: float | None = None
         self._task: asyncio.Task[None] | None = None
@@ -107,21 +131,11 @@ class GenericPLEG:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="pleg")
+            self._task = run_every(self.relist, self.relist_period, name="pleg", log=log, first_delay=0)
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.relist()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.warning("PLEG relist failed: %s", e)
-            await asyncio.sleep(self.relist_period)
 
     async def relist(self) -> None:
         ts = self.clock()
@@ -130,17 +144,13 @@ class GenericPLEG:
             metrics.PLEG_RELIST_INTERVAL.observe(t0 - self._last_relist_mono)
         listing = await self.manager.list_runtime()
         current = listing.pods
-        changed: dict[str, list[str]] = {}
+        changed: dict[str, list[PodLifecycleEvent]] = {}
         for uid in set(current) | set(self._old):
             old, new = self._old.get(uid, {}), current.get(uid, {})
             if old == new and self.cache.has(uid):
                 continue
-            events = []
-            for cid in set(old) | set(new):
-                o, n = old.get(cid), new.get(cid)
-                if o != n:
-                    events.append(_event_name(o, n))
-            changed[uid] = events or ["Resync"]
+            events = [e for cid in set(old) | set(new) for e in _events(uid, cid, old.get(cid), new.get(cid))]
+            changed[uid] = events or [PodLifecycleEvent(uid, PodLifecycleEventType.POD_SYNC)]
         for uid, events in changed.items():
             if uid in current:
                 try:
@@ -154,35 +164,36 @@ class GenericPLEG:
             self.cache.set(uid, status)
             if uid not in current:
                 self.cache.delete(uid)
-            try:
-                self.on_event(uid, events)
-            except Exception as e:
-                log.warning("PLEG event handler: %s", e)
+            for event in events:
+                try:
+                    self.on_event(event)
+                except Exception:
+                    log.exception("PLEG event handler failed on %s", event)
         self._old = current
         self._last_relist = ts
         self._last_relist_mono = time.monotonic()
         self.relist_count += 1
         self.cache.update_time(ts)
         metrics.PLEG_RELIST_DURATION.observe(time.monotonic() - t0)
-        running_pods = sum(1 for sb in listing.sandboxes if sb.state == 0)
-        metrics.RUNNING_PODS.set(running_pods)
-        counts: dict[str, int] = {}
+        metrics.RUNNING_PODS.set(sum(1 for sb in listing.sandboxes if sb.state == pb.SANDBOX_READY))
+        counts = {state: 0 for state in ContainerState}
         for c in listing.containers:
-            counts[_CONTAINER_STATE.get(c.state, "unknown")] = counts.get(_CONTAINER_STATE.get(c.state, "unknown"), 0) + 1
-        for state in _CONTAINER_STATE.values():
-            metrics.RUNNING_CONTAINERS.labels(state).set(counts.get(state, 0))
+            counts[container_state(c.state)] += 1
+        for state, n in counts.items():
+            metrics.RUNNING_CONTAINERS.labels(state.value).set(n)
 
 
-_CONTAINER_STATE = {0: "created", 1: "running", 2: "exited", 3: "unknown"}
-
-
-def _event_name(old: str | None, new: str | None) -> str:
+def _events(uid: str, cid: str, old: ContainerState | None, new: ContainerState | None) -> list[PodLifecycleEvent]:
+    """Upstream ``generateEvents`` for one sandbox or container whose state changed."""
+    if old == new:
+        return []
+    t = PodLifecycleEventType
     if new is None:
-        return "ContainerRemoved"
-    if new == "container:1":
-        return "ContainerStarted"
-    if new == "container:2":
-        return "ContainerDied"
-    if new.startswith("sandbox:"):
-        return "SandboxChanged"
-    return "ContainerChanged"
+        if old is ContainerState.RUNNING:
+            return [PodLifecycleEvent(uid, t.CONTAINER_DIED, cid), PodLifecycleEvent(uid, t.CONTAINER_REMOVED, cid)]
+        return [PodLifecycleEvent(uid, t.CONTAINER_REMOVED, cid)]
+    if new is ContainerState.RUNNING:
+        return [PodLifecycleEvent(uid, t.CONTAINER_STARTED, cid)]
+    if new is ContainerState.EXITED:
+        return [PodLifecycleEvent(uid, t.CONTAINER_DIED, cid)]
+    return [PodLifecycleEvent(uid, t.CONTAINER_CHANGED, cid)]

@@ -29,28 +29,42 @@ be run again later (e.g. when a CrashLoopBackOff delay expires).
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from pykubelet.agent import metrics
+from pykubelet.agent.container.grace import effective_grace
+from pykubelet.agent.types import Pod
+from pykubelet.common.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-Pod = dict[str, Any]
 _T = TypeVar("_T")
 
-SYNC_CREATE = "create"
-SYNC_UPDATE = "update"
-SYNC_SYNC = "sync"
-SYNC_KILL = "kill"
+class SyncPodType(enum.StrEnum):
+    """Why a pod is synced (upstream ``kubetypes.SyncPodType``)."""
+
+    CREATE = "create"  # first seen
+    UPDATE = "update"  # the source changed it
+    SYNC = "sync"  # periodic resync, a PLEG event, a probe change, a requeue
+    KILL = "kill"  # stop it (removed from the source, force-deleted, refused)
+
+
+class PodWorkerState(enum.StrEnum):
+    """Upstream ``PodWorkerState``: a pod only moves forward through these."""
+
+    SYNCING = "syncing"
+    TERMINATING = "terminating"
+    TERMINATED = "terminated"
 
 
 @dataclass
 class UpdatePodOptions:
-    update_type: str
+    update_type: SyncPodType
     pod: Pod
     mirror_pod: Pod | None = None
     kill_grace: int | None = None
@@ -63,38 +77,13 @@ class SyncPodResult:
 
 
 class PodSyncer(Protocol):
-    async def sync_pod(self, update_type: str, pod: Pod, mirror_pod: Pod | None) -> SyncPodResult: ...
+    """What a pod worker runs (upstream ``podSyncer``): one method per ``PodWorkerState``."""
+
+    async def sync_pod(self, update_type: SyncPodType, pod: Pod, mirror_pod: Pod | None) -> SyncPodResult: ...
 
     async def sync_terminating_pod(self, pod: Pod, grace: int | None) -> None: ...
 
     async def sync_terminated_pod(self, pod: Pod) -> None: ...
-
-
-MIN_POD_GRACE = 1  # upstream: "no matter what, we always supply a grace period of 1"
-
-
-def pod_grace(pod: Pod) -> int:
-    md, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    if md.get("deletionGracePeriodSeconds") is not None:
-        return max(MIN_POD_GRACE, int(md["deletionGracePeriodSeconds"]))
-    g = spec.get("terminationGracePeriodSeconds")
-    return 30 if g is None else max(MIN_POD_GRACE, int(g))
-
-
-def effective_grace(current: int | None, pod: Pod, override: int | None = None) -> int:
-    """Upstream calculateEffectiveGracePeriod: the grace period only shrinks; the API server's
-    ``deletionGracePeriodSeconds`` and a kubelet override (eviction, ...) apply when shorter; the
-    pod's own ``terminationGracePeriodSeconds`` only when nothing else said anything; never < 1."""
-    grace = current or 0
-    overridden = False
-    dgps = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
-    for value in (dgps, override):
-        if value is not None and (grace == 0 or int(value) < grace):
-            grace, overridden = int(value), True
-    if not overridden and grace == 0:
-        g = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
-        grace = 30 if g is None else int(g)
-    return max(MIN_POD_GRACE, grace)
 
 
 @dataclass
@@ -114,15 +103,15 @@ class PodSyncStatus:
     errors: int = 0
     syncing: bool = False
     timer: asyncio.TimerHandle | None = None
-    inflight: asyncio.Task[Any] | None = None  # the sync being run (cancelled like upstream's cancelFn)
+    inflight: asyncio.Task[object] | None = None  # the sync being run (cancelled like upstream's cancelFn)
 
     @property
-    def state(self) -> str:
+    def state(self) -> PodWorkerState:
         if self.finished or self.terminated_at is not None:
-            return "terminated"
+            return PodWorkerState.TERMINATED
         if self.terminating_at is not None:
-            return "terminating"
-        return "syncing"
+            return PodWorkerState.TERMINATING
+        return PodWorkerState.SYNCING
 
 
 class PodWorkers:
@@ -145,11 +134,7 @@ class PodWorkers:
 
     def is_terminating(self, uid: str) -> bool:
         st = self._pods.get(uid)
-        return st is not None and st.state != "syncing"
-
-    def could_have_running_containers(self, uid: str) -> bool:
-        st = self._pods.get(uid)
-        return st is not None and not st.finished
+        return st is not None and st.state is not PodWorkerState.SYNCING
 
     # -- updates ---------------------------------------------------------------------------
     def update_pod(self, opts: UpdatePodOptions) -> None:
@@ -170,7 +155,7 @@ class PodWorkers:
             st.mirror_pod = opts.mirror_pod
         deleting = bool((opts.pod.get("metadata") or {}).get("deletionTimestamp"))
         cancel = False
-        if opts.update_type == SYNC_KILL or deleting:
+        if opts.update_type == SyncPodType.KILL or deleting:
             grace = effective_grace(st.grace, opts.pod, opts.kill_grace)
             if st.terminated_at is None:
                 # becoming terminating cancels a sync in flight; a shorter grace period restarts
@@ -179,7 +164,7 @@ class PodWorkers:
             st.grace = grace
             if st.terminating_at is None:
                 st.terminating_at = time.monotonic()
-        if st.pending is None or opts.update_type != SYNC_SYNC:
+        if st.pending is None or opts.update_type != SyncPodType.SYNC:
             st.pending = opts
         st.wake.set()
         if cancel and st.inflight is not None and not st.inflight.done():
@@ -193,7 +178,7 @@ class PodWorkers:
         if st is None or st.finished:
             return
         st.timer = None
-        self.update_pod(UpdatePodOptions(SYNC_SYNC, st.pod))
+        self.update_pod(UpdatePodOptions(SyncPodType.SYNC, st.pod))
 
     def _schedule(self, st: PodSyncStatus, delay: float) -> None:
         if st.timer is not None:
@@ -211,18 +196,10 @@ class PodWorkers:
     async def stop(self) -> None:
         """Stop all workers (never touches containers)."""
         self._closed = True
-        tasks = []
         for st in self._pods.values():
             if st.timer is not None:
                 st.timer.cancel()
-            if st.task is not None and not st.task.done():
-                st.task.cancel()
-                tasks.append(st.task)
-        for task in tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(*(st.task for st in self._pods.values()))
 
     # -- the worker ------------------------------------------------------------------------
     async def _worker(self, st: PodSyncStatus) -> None:
@@ -237,19 +214,19 @@ class PodWorkers:
             st.syncing = True
             t0 = time.monotonic()
             try:
-                if state == "syncing":
+                if state is PodWorkerState.SYNCING:
                     result = await self._run_cancellable(
                         st, self.syncer.sync_pod(opts.update_type, st.pod, st.mirror_pod))
                     if result is None:  # cancelled: the pod became terminating meanwhile
                         self._kick(st)
                         continue
-                    metrics.POD_WORKER_DURATION.labels(opts.update_type).observe(time.monotonic() - t0)
+                    metrics.POD_WORKER_DURATION.labels(opts.update_type.value).observe(time.monotonic() - t0)
                     if result.terminal and st.terminating_at is None:
                         st.terminating_at = time.monotonic()
                         self._kick(st)
                     elif result.requeue_after is not None:
                         self._schedule(st, result.requeue_after)
-                elif state == "terminating":
+                elif state is PodWorkerState.TERMINATING:
                     done = await self._run_cancellable(st, self._terminate(st))
                     if done is None:  # cancelled: run again with the shortened grace period
                         self._kick(st)
@@ -275,7 +252,7 @@ class PodWorkers:
         await self.syncer.sync_terminating_pod(st.pod, st.grace)
         return True
 
-    async def _run_cancellable(self, st: PodSyncStatus, coro: Coroutine[Any, Any, _T]) -> _T | None:
+    async def _run_cancellable(self, st: PodSyncStatus, coro: Coroutine[object, object, _T]) -> _T | None:
         """Run one sync as its own task so ``update_pod`` can cancel it; None when it was cancelled
         that way (a cancellation of the worker itself propagates)."""
         task = asyncio.get_running_loop().create_task(coro)
@@ -292,5 +269,5 @@ class PodWorkers:
 
     def _kick(self, st: PodSyncStatus) -> None:
         if st.pending is None:
-            st.pending = UpdatePodOptions(SYNC_SYNC, st.pod)
+            st.pending = UpdatePodOptions(SyncPodType.SYNC, st.pod)
         st.wake.set()

@@ -12,7 +12,11 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-Pod = dict[str, Any]
+# API objects are JSON as the API server sends them; this is the one place their type is spelled
+# out (typed accessors live in pykubelet.common.podutil), so the agent's strictly typed modules never
+# need to spell ``Any`` themselves.
+JSONObj = dict[str, Any]
+Pod = JSONObj
 
 
 class PodOp(enum.Enum):

@@ -20,6 +20,7 @@ from pykubelet.agent.events import EventRecorder
 from pykubelet.agent.kubelet import Kubelet
 from pykubelet.agent.types import PodOp, PodUpdate
 from pykubelet.cri import CRIClient, pb
+from pykubelet.fakecri.runtime import RUNTIME_NAME
 from pykubelet.fakecri.server import serve
 
 
@@ -160,7 +161,8 @@ async def test_pod_reaches_running_and_reports_status(harness: Harness) -> None:
     assert conds["PodReadyToStartContainers"] == "True" and conds["Initialized"] == "True"
     names = {c["name"]: c for c in st["containerStatuses"]}
     assert set(names) == {"a", "b"}
-    assert all("running" in c["state"] and c["ready"] and c["containerID"].startswith("containerd://")
+    # the container id carries the runtime's own name as its scheme (containerd://, cri-o://, fakecri://)
+    assert all("running" in c["state"] and c["ready"] and c["containerID"].startswith(f"{RUNTIME_NAME}://")
                for c in names.values())
     # log directory follows the contract layout
     uid = pod["metadata"]["uid"]
@@ -247,8 +249,8 @@ async def test_restarting_agent_restarts_nothing(harness: Harness) -> None:
     k2 = await harness.start()
     await harness.add(copy.deepcopy(harness.api.objects[pod_path(pod)]))
     # let several relists, syncs and housekeeping rounds pass
-    runs = k2.housekeeping_runs
-    await eventually(lambda: k2.housekeeping_runs >= runs + 3 and k2.pleg.relist_count >= 3)
+    runs = k2.housekeeping.runs
+    await eventually(lambda: k2.housekeeping.runs >= runs + 3 and k2.pleg.relist_count >= 3)
     after = await harness.runtime.list_containers()
     assert {c.id for c in after} == before
     assert all(c.state == pb.CONTAINER_RUNNING for c in after)

@@ -145,7 +145,7 @@ def env(tmp_path: Path) -> SimpleNamespace:
     (nodelogs / "syslog").write_text("node says hi\n")
     (tmp_path / "secret").write_text("nope")
     opts = SimpleNamespace(config=_config(), node_name="n1", root_dir=tmp_path / "kubelet", node_ip="127.0.0.1")
-    server = KubeletServer(kubelet=kubelet, runtime=runtime, options=opts, api=api, node_log_dir=str(nodelogs))
+    server = KubeletServer(pods=kubelet, runtime=runtime, options=opts, api=api, node_log_dir=str(nodelogs))
     return SimpleNamespace(kubelet=kubelet, runtime=runtime, api=api, server=server, logdir=logdir, tmp=tmp_path)
 
 

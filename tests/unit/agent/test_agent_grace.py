@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pykubelet.agent.container.grace import effective_grace
 from pykubelet.agent.podworkers import (
-    SYNC_CREATE,
-    SYNC_KILL,
-    SYNC_UPDATE,
     PodWorkers,
     SyncPodResult,
+    SyncPodType,
     UpdatePodOptions,
-    effective_grace,
 )
 
 
@@ -67,15 +65,15 @@ async def test_shorter_grace_cancels_the_termination_in_flight() -> None:
     s = SlowSyncer()
     s.pull.set()
     w = PodWorkers(s)
-    w.update_pod(UpdatePodOptions(SYNC_CREATE, pod()))
+    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod()))
     await asyncio.wait_for(s.started.wait(), 5)
-    w.update_pod(UpdatePodOptions(SYNC_UPDATE, pod(deletionTimestamp="t", deletionGracePeriodSeconds=30)))
+    w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, pod(deletionTimestamp="t", deletionGracePeriodSeconds=30)))
     await asyncio.sleep(0.1)
     assert s.graces == [30]
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     # force delete: the pod disappears from the API, the kubelet kills with the shortest grace
-    w.update_pod(UpdatePodOptions(SYNC_KILL, pod(deletionTimestamp="t", deletionGracePeriodSeconds=30),
+    w.update_pod(UpdatePodOptions(SyncPodType.KILL, pod(deletionTimestamp="t", deletionGracePeriodSeconds=30),
                                   kill_grace=0))
     await asyncio.wait_for(s.terminated.wait(), 5)
     assert s.graces == [30, 1]
@@ -86,9 +84,9 @@ async def test_shorter_grace_cancels_the_termination_in_flight() -> None:
 async def test_deletion_cancels_a_sync_in_flight() -> None:
     s = SlowSyncer()  # the pull never finishes
     w = PodWorkers(s)
-    w.update_pod(UpdatePodOptions(SYNC_CREATE, pod()))
+    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod()))
     await asyncio.wait_for(s.started.wait(), 5)
-    w.update_pod(UpdatePodOptions(SYNC_UPDATE, pod(deletionTimestamp="t", deletionGracePeriodSeconds=0)))
+    w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, pod(deletionTimestamp="t", deletionGracePeriodSeconds=0)))
     await asyncio.wait_for(s.terminated.wait(), 5)
     assert s.graces == [1] and s.syncs_finished == 0
     await w.stop()
@@ -98,11 +96,11 @@ async def test_same_grace_does_not_restart_the_termination() -> None:
     s = SlowSyncer()
     s.pull.set()
     w = PodWorkers(s)
-    w.update_pod(UpdatePodOptions(SYNC_CREATE, pod(spec_grace=1)))
+    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod(spec_grace=1)))
     await asyncio.wait_for(s.started.wait(), 5)
-    w.update_pod(UpdatePodOptions(SYNC_KILL, pod(spec_grace=1)))
+    w.update_pod(UpdatePodOptions(SyncPodType.KILL, pod(spec_grace=1)))
     await asyncio.sleep(0.2)
-    w.update_pod(UpdatePodOptions(SYNC_KILL, pod(spec_grace=1)))
+    w.update_pod(UpdatePodOptions(SyncPodType.KILL, pod(spec_grace=1)))
     await asyncio.wait_for(s.terminated.wait(), 5)
     assert s.graces == [1]
     await w.stop()

@@ -6,11 +6,9 @@ import asyncio
 from typing import Any
 
 from pykubelet.agent.podworkers import (
-    SYNC_CREATE,
-    SYNC_KILL,
-    SYNC_UPDATE,
     PodWorkers,
     SyncPodResult,
+    SyncPodType,
     UpdatePodOptions,
 )
 
@@ -71,11 +69,11 @@ async def test_serial_per_pod_parallel_across_pods_and_coalescing() -> None:
     s = Syncer()
     w = PodWorkers(s)
     s.gate.clear()
-    w.update_pod(UpdatePodOptions(SYNC_CREATE, pod("a", 0)))
-    w.update_pod(UpdatePodOptions(SYNC_CREATE, pod("b", 0)))
+    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod("a", 0)))
+    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod("b", 0)))
     await until(lambda: s.total_active == 2)
     for gen in range(1, 6):
-        w.update_pod(UpdatePodOptions(SYNC_UPDATE, pod("a", gen)))
+        w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, pod("a", gen)))
     s.gate.set()
     await until(lambda: ("sync", "a", 5) in s.calls)
     await until(lambda: all(not w.get(u).syncing for u in "ab"))  # type: ignore[union-attr]
@@ -90,11 +88,11 @@ async def test_terminal_pod_goes_through_terminating_and_terminated() -> None:
     s = Syncer()
     s.terminal.add("a")
     w = PodWorkers(s)
-    w.update_pod(UpdatePodOptions(SYNC_CREATE, pod("a")))
+    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod("a")))
     await asyncio.wait_for(s.done.wait(), 5)
     assert [k for k, _u, _g in s.calls] == ["sync", "terminating", "terminated"]
     assert w.is_terminated("a")
-    w.update_pod(UpdatePodOptions(SYNC_UPDATE, pod("a", 1)))  # ignored after termination
+    w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, pod("a", 1)))  # ignored after termination
     await asyncio.sleep(0.05)
     assert len(s.calls) == 3
     w.forget("a")
@@ -106,10 +104,10 @@ async def test_deletion_uses_pod_grace_and_only_shrinks() -> None:
     s = Syncer()
     w = PodWorkers(s)
     s.gate.clear()
-    w.update_pod(UpdatePodOptions(SYNC_CREATE, pod("a")))
+    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod("a")))
     await until(lambda: s.total_active == 1)
-    w.update_pod(UpdatePodOptions(SYNC_UPDATE, pod("a", 1, deletionTimestamp="t", deletionGracePeriodSeconds=20)))
-    w.update_pod(UpdatePodOptions(SYNC_KILL, pod("a", 2), kill_grace=40))
+    w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, pod("a", 1, deletionTimestamp="t", deletionGracePeriodSeconds=20)))
+    w.update_pod(UpdatePodOptions(SyncPodType.KILL, pod("a", 2), kill_grace=40))
     assert w.is_terminating("a")
     s.gate.set()
     await asyncio.wait_for(s.done.wait(), 5)
@@ -123,7 +121,7 @@ async def test_failed_sync_is_retried() -> None:
     s = Syncer()
     s.fail_once.add("a")
     w = PodWorkers(s, max_retry_delay=0.05)
-    w.update_pod(UpdatePodOptions(SYNC_CREATE, pod("a")))
+    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod("a")))
     await until(lambda: len(s.calls) >= 2)
     await w.stop()
 
@@ -136,6 +134,6 @@ async def test_requeue_after() -> None:
 
     s = Requeue()
     w = PodWorkers(s)
-    w.update_pod(UpdatePodOptions(SYNC_CREATE, pod("a")))
+    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod("a")))
     await until(lambda: len(s.calls) >= 3)
     await w.stop()

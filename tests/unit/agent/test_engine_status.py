@@ -25,7 +25,7 @@ def c(name: str, state: str, code: int = 0, restarts: int = 0, created: float = 
     return ContainerRuntimeStatus(id=f"{name}{restarts}", name=name, state=state, exit_code=code,
                                   restart_count=restarts, created_at=created + restarts, started_at=created,
                                   finished_at=created + 1 if state == "exited" else 0, reason=reason,
-                                  image_ref="sha256:abc")
+                                  image_ref="sha256:abc", runtime_type="containerd")
 
 
 def rt(*cs: ContainerRuntimeStatus, ready: bool = True) -> RuntimePodStatus:

@@ -168,3 +168,10 @@ class PodCgroupManager:
         if not self.enabled:
             return set()
         return await asyncio.to_thread(self._list_sync)
+
+    # -- PodLifecycleHook: the pod cgroup exists before its sandbox, and goes with its containers
+    async def prepare_pod(self, pod: dict[str, Any]) -> None:
+        await self.ensure(pod)
+
+    async def release_pod(self, uid: str) -> None:
+        await self.destroy(uid)

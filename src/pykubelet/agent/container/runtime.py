@@ -11,10 +11,12 @@ These are plain dataclasses (no protobufs) so the decision logic and its tests n
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+
+from pykubelet.agent.types import JSONObj
 
 # Labels / annotations (upstream names, architecture.md).
 POD_NAME_LABEL = "io.kubernetes.pod.name"
@@ -28,10 +30,13 @@ TERMINATION_MESSAGE_POLICY_ANNOTATION = "io.kubernetes.container.terminationMess
 POD_TERMINATION_GRACE_ANNOTATION = "io.kubernetes.pod.terminationGracePeriod"
 CONTAINER_TYPE_LABEL = "io.kubernetes.container.type"  # informational; not required by the contract
 
-STATE_CREATED = "created"
-STATE_RUNNING = "running"
-STATE_EXITED = "exited"
-STATE_UNKNOWN = "unknown"
+class ContainerState(enum.StrEnum):
+    """Upstream ``kubecontainer.State``: what the runtime says of one container."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    EXITED = "exited"
+    UNKNOWN = "unknown"
 
 
 @dataclass
@@ -40,7 +45,7 @@ class ContainerRuntimeStatus:
 
     id: str
     name: str
-    state: str = STATE_UNKNOWN
+    state: ContainerState = ContainerState.UNKNOWN
     created_at: float = 0.0
     started_at: float = 0.0
     finished_at: float = 0.0
@@ -54,11 +59,13 @@ class ContainerRuntimeStatus:
     message: str = ""
     sandbox_id: str = ""
     log_path: str = ""
+    runtime_type: str = ""  # the runtime's own name from CRI Version (containerd, cri-o, ...)
 
     @property
     def container_id(self) -> str:
-        """``<runtime>://<id>`` as the API shows it."""
-        return f"containerd://{self.id}" if self.id else ""
+        """``<runtime>://<id>`` as the API shows it (upstream ``ContainerID.String()``): the scheme is
+        the name the runtime gives itself, so a CRI-O node shows ``cri-o://``, not ``containerd://``."""
+        return f"{self.runtime_type}://{self.id}" if self.id else ""
 
 
 @dataclass
@@ -103,14 +110,14 @@ class RuntimePodStatus:
         return [c for c in self.containers if c.name == name]
 
     def running(self) -> list[ContainerRuntimeStatus]:
-        return [c for c in self.containers if c.state == STATE_RUNNING]
+        return [c for c in self.containers if c.state == ContainerState.RUNNING]
 
     def sort(self) -> None:
         self.sandboxes.sort(key=lambda s: (s.created_at, s.attempt), reverse=True)
         self.containers.sort(key=lambda c: (c.created_at, c.restart_count), reverse=True)
 
 
-def hash_container(container: dict[str, Any]) -> str:
+def hash_container(container: JSONObj) -> str:
     """Stable hash of a container spec (upstream HashContainer); resources excluded like upstream's
     in-place-resize aware hash, so a resize does not restart the container."""
     spec = {k: v for k, v in container.items() if k != "resources"}

@@ -37,16 +37,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pykubelet.agent.kuberuntime.backoff import Backoff
 from pykubelet.agent.container.runtime import (
-    STATE_CREATED,
-    STATE_EXITED,
-    STATE_RUNNING,
-    STATE_UNKNOWN,
     ContainerRuntimeStatus,
+    ContainerState,
     RuntimePodStatus,
     hash_container,
 )
+from pykubelet.agent.kuberuntime.backoff import Backoff
 
 Pod = dict[str, Any]
 
@@ -143,7 +140,7 @@ def crash_backoff_message(
     pod: Pod, container: dict[str, Any], status: ContainerRuntimeStatus | None, backoff: Backoff, now: float
 ) -> str | None:
     """The CrashLoopBackOff message if ``container`` must wait before restarting, else None."""
-    if status is None or status.state != STATE_EXITED or not status.finished_at:
+    if status is None or status.state != ContainerState.EXITED or not status.finished_at:
         return None
     key = backoff_key(pod, container)
     if backoff.is_in_backoff_since(key, status.finished_at, now):
@@ -172,7 +169,7 @@ def pod_sandbox_changed(pod: Pod, status: RuntimePodStatus) -> tuple[bool, int, 
 
 def container_succeeded(container: dict[str, Any], status: RuntimePodStatus) -> bool:
     cs = status.find_container(container.get("name", ""))
-    return cs is not None and cs.state == STATE_EXITED and cs.exit_code == 0
+    return cs is not None and cs.state == ContainerState.EXITED and cs.exit_code == 0
 
 
 def should_container_be_restarted(container: dict[str, Any], pod: Pod, status: RuntimePodStatus) -> bool:
@@ -182,9 +179,9 @@ def should_container_be_restarted(container: dict[str, Any], pod: Pod, status: R
     cs = status.find_container(container.get("name", ""))
     if cs is None:
         return True
-    if cs.state == STATE_RUNNING:
+    if cs.state == ContainerState.RUNNING:
         return False
-    if cs.state in (STATE_UNKNOWN, STATE_CREATED):
+    if cs.state in (ContainerState.UNKNOWN, ContainerState.CREATED):
         return True
     policy = restart_policy(pod)
     if policy == "Never":
@@ -197,7 +194,7 @@ def should_container_be_restarted(container: dict[str, Any], pod: Pod, status: R
 def has_any_regular_container_created(pod: Pod, status: RuntimePodStatus) -> bool:
     for c in _spec(pod).get("containers") or []:
         cs = status.find_container(c.get("name", ""))
-        if cs is not None and cs.state != STATE_CREATED:
+        if cs is not None and cs.state != ContainerState.CREATED:
             return True
     return False
 
@@ -214,7 +211,7 @@ class _Planner:
         self.actions = PodActions()
 
     def probe_failed(self, cs: ContainerRuntimeStatus) -> ProbeKill | None:
-        if self.probe_kill is None or cs.state != STATE_RUNNING:
+        if self.probe_kill is None or cs.state != ContainerState.RUNNING:
             return None
         return self.probe_kill(cs.name, cs.id)
 
@@ -222,7 +219,7 @@ class _Planner:
         """Schedule a start unless the container is in crash-loop back-off."""
         name = container.get("name", "")
         cs = self.status.find_container(name)
-        if cs is not None and cs.state == STATE_UNKNOWN:
+        if cs is not None and cs.state == ContainerState.UNKNOWN:
             self.actions.containers_to_kill[cs.id] = ContainerToKill(
                 name, f'Container is in "{cs.state}" state, try killing it before restart', REASON_UNKNOWN
             )
@@ -251,7 +248,7 @@ class _Planner:
                     continue
                 return False
             if sidecar:
-                if cs.state == STATE_RUNNING:
+                if cs.state == ContainerState.RUNNING:
                     if cs.hash and cs.hash != hash_container(ic):
                         self.actions.containers_to_kill[cs.id] = ContainerToKill(
                             name, f"Init container {name} definition changed"
@@ -278,11 +275,11 @@ class _Planner:
                     continue
                 return False
             # regular init container, pod not yet initialized
-            if cs.state == STATE_RUNNING:
+            if cs.state == ContainerState.RUNNING:
                 return False
-            if cs.state == STATE_EXITED and cs.exit_code == 0:
+            if cs.state == ContainerState.EXITED and cs.exit_code == 0:
                 continue
-            if cs.state in (STATE_CREATED, STATE_UNKNOWN):
+            if cs.state in (ContainerState.CREATED, ContainerState.UNKNOWN):
                 self.start(ic, init=True)
                 return False
             # failed
@@ -329,9 +326,9 @@ class _Planner:
         for c in containers:
             name = c.get("name", "")
             cs = status.find_container(name)
-            if cs is None or cs.state != STATE_RUNNING:
+            if cs is None or cs.state != ContainerState.RUNNING:
                 if should_container_be_restarted(c, pod, status):
-                    if cs is not None and cs.state == STATE_CREATED:
+                    if cs is not None and cs.state == ContainerState.CREATED:
                         a.containers_to_kill[cs.id] = ContainerToKill(
                             name, f'Container is in "{cs.state}" state, try killing it before restart',
                             REASON_UNKNOWN,

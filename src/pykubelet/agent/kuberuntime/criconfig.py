@@ -26,6 +26,7 @@ from decimal import Decimal
 from typing import Any
 
 from pykubelet.agent.container import runtime as t
+from pykubelet.agent.container.grace import pod_termination_grace
 from pykubelet.common import podutil
 from pykubelet.common.quantity import QuantityError, parse_quantity
 from pykubelet.cri import pb
@@ -50,14 +51,6 @@ def _md(pod: Pod) -> dict[str, Any]:
 def pod_log_dir(pod_logs_dir: str, pod: Pod) -> str:
     md = _md(pod)
     return os.path.join(pod_logs_dir, f"{md.get('namespace', '')}_{md.get('name', '')}_{md.get('uid', '')}")
-
-
-def termination_grace(pod: Pod) -> int:
-    md, spec = _md(pod), pod.get("spec") or {}
-    if md.get("deletionGracePeriodSeconds") is not None:
-        return int(md["deletionGracePeriodSeconds"])
-    g = spec.get("terminationGracePeriodSeconds")
-    return 30 if g is None else int(g)
 
 
 # --- DNS --------------------------------------------------------------------------------------
@@ -406,7 +399,7 @@ async def container_config(
         t.CONTAINER_RESTART_COUNT_ANNOTATION: str(restart_count),
         t.TERMINATION_MESSAGE_PATH_ANNOTATION: container.get("terminationMessagePath") or "/dev/termination-log",
         t.TERMINATION_MESSAGE_POLICY_ANNOTATION: container.get("terminationMessagePolicy") or "File",
-        t.POD_TERMINATION_GRACE_ANNOTATION: str(termination_grace(pod)),
+        t.POD_TERMINATION_GRACE_ANNOTATION: str(pod_termination_grace(pod)),
     }
     return pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name=name, attempt=restart_count),

@@ -1,6 +1,6 @@
 """RuntimeManager: executes pod actions against a CRI runtime (upstream kuberuntime_manager.go).
 
-- ``list_runtime()`` / ``get_pods()``: everything the runtime has, grouped by the pod uid label, so
+- ``list_runtime()``: everything the runtime has, grouped by the pod uid label, so
   the agent's whole state is rebuilt from CRI labels/annotations after a restart (no local DB).
 - ``get_pod_status(uid)``: full status of one pod (sandbox IPs, container exit codes, times).
 - ``sync_pod(pod, status)``: ``compute_pod_actions`` then kill / create sandbox / start init and app
@@ -33,14 +33,16 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
 from pykubelet.agent import metrics
-from pykubelet.agent.images.manager import ImageManager
-from pykubelet.agent.kuberuntime import criconfig
 from pykubelet.agent.container import runtime as t
+from pykubelet.agent.container.grace import DEFAULT_POD_GRACE, pod_termination_grace
+from pykubelet.agent.images.manager import ImageManager
+from pykubelet.agent.interfaces import ContainerRuntime, EventRecorder, LifecycleHookRunner
+from pykubelet.agent.kuberuntime import criconfig
 from pykubelet.agent.kuberuntime.actions import (
     PodActions,
     ProbeKillFunc,
@@ -53,21 +55,31 @@ from pykubelet.agent.kuberuntime.actions import (
 from pykubelet.agent.kuberuntime.backoff import Backoff
 from pykubelet.agent.logs import symlinks
 from pykubelet.agent.logs.manager import clean_rotated
+from pykubelet.agent.types import JSONObj, Pod
 from pykubelet.cri import CRIError, pb
 
 log = logging.getLogger(__name__)
 
-Pod = dict[str, Any]
 MIN_GRACE = 2
 
-_STATE = {
-    pb.CONTAINER_CREATED: t.STATE_CREATED,
-    pb.CONTAINER_RUNNING: t.STATE_RUNNING,
-    pb.CONTAINER_EXITED: t.STATE_EXITED,
+_STATE: dict[int, t.ContainerState] = {
+    pb.CONTAINER_CREATED: t.ContainerState.CREATED,
+    pb.CONTAINER_RUNNING: t.ContainerState.RUNNING,
+    pb.CONTAINER_EXITED: t.ContainerState.EXITED,
 }
 
 
-def _find_spec(pod: Pod | None, name: str) -> dict[str, Any] | None:
+def container_state(state: int) -> t.ContainerState:
+    """The CRI ``ContainerState`` enum value as the runtime view's state."""
+    return _STATE.get(state, t.ContainerState.UNKNOWN)
+
+
+def sandbox_state(state: int) -> t.ContainerState:
+    """A sandbox seen as the PLEG sees it (upstream: ready = running, not ready = exited)."""
+    return t.ContainerState.RUNNING if state == pb.SANDBOX_READY else t.ContainerState.EXITED
+
+
+def _find_spec(pod: Pod | None, name: str) -> JSONObj | None:
     """The container (app or init) called ``name`` in the pod spec, for its lifecycle hooks."""
     spec = (pod or {}).get("spec") or {}
     for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
@@ -145,7 +157,7 @@ def _with_termination_message(s: pb.ContainerStatus) -> str:
 class RuntimeListing:
     """Cheap listing (List* RPCs only): per pod uid, sandbox and container id → state."""
 
-    pods: dict[str, dict[str, str]] = field(default_factory=dict)  # uid → {id: state}
+    pods: dict[str, dict[str, t.ContainerState]] = field(default_factory=dict)  # uid → {id: state}
     meta: dict[str, tuple[str, str]] = field(default_factory=dict)  # uid → (namespace, name)
     sandboxes: list[pb.PodSandbox] = field(default_factory=list)
     containers: list[pb.Container] = field(default_factory=list)
@@ -161,14 +173,14 @@ class SyncResult:
 class RuntimeManager:
     def __init__(
         self,
-        runtime: Any,
+        runtime: ContainerRuntime,
         *,
         images: ImageManager,
-        recorder: Any,
+        recorder: EventRecorder,
         pod_logs_dir: str,
         node_name: str = "",
         host_ips: list[str] | None = None,
-        cgroup_parent: Any = None,
+        cgroup_parent: Callable[[Pod], str] | None = None,
         lookup: criconfig.Lookup | None = None,
         backoff: Backoff | None = None,
         cluster_dns: list[str] | None = None,
@@ -176,8 +188,7 @@ class RuntimeManager:
         resolv_conf: str = "/etc/resolv.conf",
         runtime_handler: str = "",
         pods_dir: str | None = None,
-        extra_mounts: Any = None,
-        hooks: Any = None,
+        hooks: LifecycleHookRunner | None = None,
         containers_log_dir: str | None = None,
     ) -> None:
         self.runtime = runtime
@@ -194,13 +205,21 @@ class RuntimeManager:
         self.resolv_conf = resolv_conf
         self.runtime_handler = runtime_handler
         self.pods_dir = pods_dir  # <root_dir>/pods: termination-message files live below it
-        self.extra_mounts = extra_mounts  # optional (pod, container) -> list[pb.Mount] (volumes)
         self.hooks = hooks  # lifecycle.HandlerRunner (postStart / preStop), None = no hooks
         # legacy /var/log/containers symlinks live next to the pod logs dir
         self.containers_log_dir = containers_log_dir or symlinks.containers_log_dir(pod_logs_dir)
         self.memory_capacity = _memory_capacity()
         self.node_allocatable = {"cpu": Decimal(os.cpu_count() or 1), "memory": Decimal(self.memory_capacity)}
+        self.runtime_type = "containerd"  # replaced by the runtime's own name in start()
         self.reasons: dict[str, dict[str, tuple[str, str]]] = {}  # uid → container → (reason, message)
+
+    async def start(self) -> None:
+        """Learn the runtime's name: container ids carry it as their scheme (``containerd://``,
+        ``cri-o://``), as upstream's ``ContainerID.Type`` is the runtime's ``RuntimeName``."""
+        try:
+            self.runtime_type = (await self.runtime.version()).runtime_name or self.runtime_type
+        except CRIError as e:
+            log.warning("runtime version: %s", e)
 
     # ------------------------------------------------------------------ reading the runtime
     async def list_runtime(self) -> RuntimeListing:
@@ -211,22 +230,14 @@ class RuntimeManager:
             uid = sb.labels.get(t.POD_UID_LABEL) or sb.metadata.uid
             if not uid:
                 continue
-            out.pods.setdefault(uid, {})[sb.id] = "sandbox:" + str(sb.state)
+            out.pods.setdefault(uid, {})[sb.id] = sandbox_state(sb.state)
             out.meta.setdefault(uid, (sb.metadata.namespace, sb.metadata.name))
         for c in containers:
             uid = c.labels.get(t.POD_UID_LABEL)
             if not uid:
                 continue
-            out.pods.setdefault(uid, {})[c.id] = "container:" + str(c.state)
+            out.pods.setdefault(uid, {})[c.id] = container_state(c.state)
             out.meta.setdefault(uid, (c.labels.get(t.POD_NAMESPACE_LABEL, ""), c.labels.get(t.POD_NAME_LABEL, "")))
-        return out
-
-    async def get_pods(self) -> dict[str, t.RuntimePodStatus]:
-        """Full status of every pod the runtime knows (rebuilt from labels)."""
-        listing = await self.list_runtime()
-        out: dict[str, t.RuntimePodStatus] = {}
-        for uid in listing.pods:
-            out[uid] = await self.get_pod_status(uid)
         return out
 
     def _container_from_status(self, s: pb.ContainerStatus) -> t.ContainerRuntimeStatus:
@@ -238,7 +249,7 @@ class RuntimeManager:
         return t.ContainerRuntimeStatus(
             id=s.id,
             name=labels.get(t.CONTAINER_NAME_LABEL) or s.metadata.name,
-            state=_STATE.get(s.state, t.STATE_UNKNOWN),
+            state=container_state(s.state),
             created_at=_sec(s.created_at),
             started_at=_sec(s.started_at),
             finished_at=_sec(s.finished_at),
@@ -251,6 +262,7 @@ class RuntimeManager:
             reason=s.reason,
             message=_with_termination_message(s),
             log_path=s.log_path,
+            runtime_type=self.runtime_type,
         )
 
     async def get_pod_status(self, uid: str) -> t.RuntimePodStatus:
@@ -324,12 +336,12 @@ class RuntimeManager:
         log.debug("pod %s actions %s", format_pod(pod), actions)
         if actions.kill_pod:
             if status.running() or any(s.ready for s in status.sandboxes):
-                await self.kill_pod(pod, status, criconfig.termination_grace(pod), reason="")
+                await self.kill_pod(pod, status, pod_termination_grace(pod), reason="")
         else:
             await asyncio.gather(*(
                 self._kill_container(
                     pod, cid, info.name,
-                    info.grace if info.grace is not None else criconfig.termination_grace(pod),
+                    info.grace if info.grace is not None else pod_termination_grace(pod),
                     info.message, container=_find_spec(pod, info.name), pod_ip=(status.ips or [""])[0],
                 )
                 for cid, info in actions.containers_to_kill.items()
@@ -384,7 +396,7 @@ class RuntimeManager:
         return result
 
     async def _start_container(
-        self, pod: Pod, container: dict[str, Any], sandbox_id: str, sb_config: pb.PodSandboxConfig,
+        self, pod: Pod, container: JSONObj, sandbox_id: str, sb_config: pb.PodSandboxConfig,
         pod_ips: list[str], status: t.RuntimePodStatus, kind: str,
     ) -> bool:
         name = container.get("name", "")
@@ -396,7 +408,7 @@ class RuntimeManager:
             return False
         prev = status.find_container(name)
         restart_count = prev.restart_count + 1 if prev is not None else 0
-        if prev is not None and prev.state == t.STATE_EXITED and prev.finished_at:
+        if prev is not None and prev.state == t.ContainerState.EXITED and prev.finished_at:
             self.backoff.next(backoff_key(pod, container), prev.finished_at)
         try:
             config = await criconfig.container_config(
@@ -414,8 +426,6 @@ class RuntimeManager:
         except OSError:
             pass
         try:
-            if self.extra_mounts is not None:
-                config.mounts.extend(self.extra_mounts(pod, container))
             tm = self._termination_message_file(pod, name)
             if tm:
                 config.mounts.append(pb.Mount(
@@ -443,7 +453,7 @@ class RuntimeManager:
             if msg:
                 self.recorder.event(pod, "Warning", "FailedPostStartHook", msg)
                 with contextlib.suppress(Exception):
-                    await self._kill_container(pod, cid, name, criconfig.termination_grace(pod),
+                    await self._kill_container(pod, cid, name, pod_termination_grace(pod),
                                                "FailedPostStartHook", container=None)
                 self._set_reason(pod, name, "PostStartHookError", msg)
                 metrics.STARTED_CONTAINERS_ERRORS.labels(kind, "PostStartHookError").inc()
@@ -491,8 +501,8 @@ class RuntimeManager:
     # ------------------------------------------------------------------ killing / cleanup
     async def _kill_container(
         self, pod: Pod | None, cid: str, name: str, grace: int, message: str = "", *,
-        container: dict[str, Any] | None = None, pod_ip: str = "",
-        wait_for_turn: Any = None,
+        container: JSONObj | None = None, pod_ip: str = "",
+        wait_for_turn: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Upstream killContainer: event, preStop within the grace, wait for our turn, StopContainer."""
         start = time.monotonic()
@@ -519,14 +529,14 @@ class RuntimeManager:
         self, pod: Pod | None, status: t.RuntimePodStatus, grace: int | None = None, reason: str = ""
     ) -> None:
         """Stop every running container (in parallel, with grace) then every sandbox."""
-        running = [c for c in status.containers if c.state in (t.STATE_RUNNING, t.STATE_CREATED, t.STATE_UNKNOWN)]
+        running = [c for c in status.containers if c.state in (t.ContainerState.RUNNING, t.ContainerState.CREATED, t.ContainerState.UNKNOWN)]
         if grace is None:
-            grace = criconfig.termination_grace(pod) if pod is not None else 30
+            grace = pod_termination_grace(pod) if pod is not None else DEFAULT_POD_GRACE
         deps = termination_dependencies(pod, [c.name for c in running])
         done = {c.name: asyncio.Event() for c in running}
         pod_ip = (status.ips or [""])[0]
 
-        def turn(name: str) -> Any:
+        def turn(name: str) -> Callable[[], Awaitable[None]] | None:
             async def wait() -> None:
                 for d in deps.get(name, ()):
                     await done[d].wait()
@@ -535,8 +545,8 @@ class RuntimeManager:
         async def kill_one(c: t.ContainerRuntimeStatus, g: int) -> None:
             try:
                 await self._kill_container(
-                    pod if c.state == t.STATE_RUNNING else None, c.id, c.name, g,
-                    container=_find_spec(pod, c.name) if pod is not None and c.state == t.STATE_RUNNING else None,
+                    pod if c.state == t.ContainerState.RUNNING else None, c.id, c.name, g,
+                    container=_find_spec(pod, c.name) if pod is not None and c.state == t.ContainerState.RUNNING else None,
                     pod_ip=pod_ip, wait_for_turn=turn(c.name))
             finally:
                 done[c.name].set()
@@ -570,7 +580,7 @@ class RuntimeManager:
         for c in status.containers:
             by_name.setdefault(c.name, []).append(c)
         for group in by_name.values():
-            dead = [c for c in group if c.state == t.STATE_EXITED]
+            dead = [c for c in group if c.state == t.ContainerState.EXITED]
             keep = dead[:1]
             for c in dead:
                 if c in keep:

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from pykubelet.agent.interfaces import EventRecorder
 from pykubelet.agent.prober import metrics
 from pykubelet.agent.prober.probes import ExecRuntime, ProbeError, Prober
 from pykubelet.agent.prober.results import Outcome, ProbeState, ProbeType, Result
@@ -238,7 +239,7 @@ class ProbeManager:
     def __init__(
         self,
         runtime: ExecRuntime,
-        recorder: Any | None = None,
+        recorder: EventRecorder | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,

@@ -30,19 +30,28 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from pykubelet.agent import metrics
+from pykubelet.agent.config import AgentOptions
+from pykubelet.agent.interfaces import ContainerRuntime, PodProvider
 from pykubelet.agent.server import cri_helpers, logs, stats
 from pykubelet.agent.server.auth import AuthError, KubeletAuth, request_attributes
-from pykubelet.agent.server.status import status_response
+from pykubelet.agent.server.status import StatusError, status_response
 from pykubelet.agent.server.streaming import StreamingHandlers
+from pykubelet.agent.types import JSONObj, Pod
+from pykubelet.common.apiclient import ApiClient
+from pykubelet.cri import CRIError, pb
 
 log = logging.getLogger(__name__)
 
 NODE_LOG_DIR = "/var/log"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def ensure_self_signed(root_dir: Path, node_name: str, ips: list[str]) -> tuple[str, str]:
@@ -63,22 +72,18 @@ def ensure_self_signed(root_dir: Path, node_name: str, ips: list[str]) -> tuple[
     return str(crt), str(key)
 
 
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    return getattr(obj, name, default) if obj is not None else default
-
-
 class KubeletServer:
     """Serves the kubelet API; see the module docstring for ports and routes."""
 
-    def __init__(self, *, kubelet: Any, runtime: Any, options: Any, api: Any | None,
-                 node_log_dir: str = NODE_LOG_DIR) -> None:
-        self.kubelet = kubelet
+    def __init__(self, *, pods: PodProvider, runtime: ContainerRuntime, options: AgentOptions,
+                 api: ApiClient | None, node_log_dir: str = NODE_LOG_DIR) -> None:
+        self.pod_provider = pods
         self.runtime = runtime
         self.options = options
         self.config = options.config
         self.api = api
-        self.node_name = str(_get(options, "node_name", "") or socket.gethostname())
-        self.root_dir = Path(_get(options, "root_dir", "/var/lib/kubelet"))
+        self.node_name = options.node_name or socket.gethostname()
+        self.root_dir = Path(options.root_dir)
         self.node_log_dir = os.path.realpath(node_log_dir)
         self.auth = KubeletAuth(config=self.config, api=api, node_name=self.node_name)
         self.streaming = StreamingHandlers(runtime=runtime, find_pod=self._find_pod)
@@ -88,15 +93,15 @@ class KubeletServer:
 
     # ------------------------------------------------------------------ lifecycle
     def _ssl_context(self) -> ssl.SSLContext:
-        cert = _get(self.config, "tls_cert_file", "")
-        key = _get(self.config, "tls_private_key_file", "")
+        cert = self.config.tls_cert_file
+        key = self.config.tls_private_key_file
         if not (cert and key):
-            node_ip = str(_get(self.options, "node_ip", "") or "")
+            node_ip = self.options.node_ip or ""
             cert, key = ensure_self_signed(self.root_dir, self.node_name, [node_ip] if node_ip else [])
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(cert, key)
-        ca = _get(_get(_get(self.config, "authentication"), "x509"), "client_ca_file", "")
+        ca = self.config.authentication.x509.client_ca_file
         if ca:
             ctx.load_verify_locations(cafile=ca)
             ctx.verify_mode = ssl.CERT_OPTIONAL
@@ -158,23 +163,20 @@ class KubeletServer:
         self._runners.append(runner)
         site = web.TCPSite(runner, host or None, port, ssl_context=ctx, reuse_address=True)
         await site.start()
-        server = getattr(site, "_server", None)
-        socks = getattr(server, "sockets", None) or []
-        self.ports[name] = socks[0].getsockname()[1] if socks else port
+        self.ports[name] = port
+        for sock in runner.addresses:  # the real port when ``port`` was 0 (tests)
+            self.ports[name] = int(sock[1])
+            break
 
     async def start(self) -> None:
         cfg = self.config
         try:
-            await self._serve(self.build_main_app(), "main", str(_get(cfg, "address", "0.0.0.0")),
-                              int(_get(cfg, "port", 10250)), self._ssl_context())
-            hport = int(_get(cfg, "healthz_port", 10248))
-            if hport:
-                await self._serve(self.build_healthz_app(), "healthz",
-                                  str(_get(cfg, "healthz_bind_address", "127.0.0.1")), hport, None)
-            ro = int(_get(cfg, "read_only_port", 0) or 0)
-            if ro:
-                await self._serve(self.build_readonly_app(), "readonly", str(_get(cfg, "address", "0.0.0.0")),
-                                  ro, None)
+            await self._serve(self.build_main_app(), "main", cfg.address, cfg.port, self._ssl_context())
+            if cfg.healthz_port:
+                await self._serve(self.build_healthz_app(), "healthz", cfg.healthz_bind_address,
+                                  cfg.healthz_port, None)
+            if cfg.read_only_port:
+                await self._serve(self.build_readonly_app(), "readonly", cfg.address, cfg.read_only_port, None)
         except BaseException:
             await self.stop()
             raise
@@ -187,7 +189,7 @@ class KubeletServer:
 
     # ------------------------------------------------------------------ auth
     @web.middleware
-    async def _auth_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _auth_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         peercert = None
         if request.transport is not None:
             with contextlib.suppress(Exception):
@@ -206,76 +208,48 @@ class KubeletServer:
         return await handler(request)
 
     # ------------------------------------------------------------------ kubelet lookups
-    def _find_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        getter = getattr(self.kubelet, "get_pod_by_name", None)
-        pod: Any = None
-        if getter is not None:
-            pod = getter(namespace, name)
-            if isinstance(pod, tuple):
-                pod = pod[0] if len(pod) > 1 and pod[1] else None
-        if pod is None:
-            for p in self._pods():
-                md = p.get("metadata") or {}
-                if md.get("namespace") == namespace and md.get("name") == name:
-                    return p
-        return pod if isinstance(pod, dict) else None
-
-    def _pods(self) -> list[dict[str, Any]]:
-        try:
-            return list(self.kubelet.pods())
-        except Exception:
-            return []
+    def _find_pod(self, namespace: str, name: str) -> Pod | None:
+        return self.pod_provider.get_pod_by_name(namespace, name)
 
     # ------------------------------------------------------------------ handlers
     async def healthz(self, request: web.Request) -> web.Response:
-        checks: list[tuple[str, bool, str]] = [("ping", True, ""), ("log", True, "")]
-        for name, attr in (("syncloop", "sync_loop_healthy"), ("pleg", "pleg_healthy")):
-            fn = getattr(self.kubelet, attr, None)
-            ok, why = True, ""
-            if fn is not None:
-                try:
-                    res = fn()
-                    if asyncio.iscoroutine(res):
-                        res = await res
-                    ok = bool(res[0]) if isinstance(res, tuple) else bool(res)
-                    why = str(res[1]) if isinstance(res, tuple) and len(res) > 1 else ""
-                except Exception as e:
-                    ok, why = False, str(e)
-            checks.append((name, ok, why))
+        checks: list[tuple[str, bool]] = [
+            ("ping", True), ("log", True),
+            ("syncloop", self.pod_provider.sync_loop_healthy()), ("pleg", self.pod_provider.pleg_healthy()),
+        ]
         only = request.match_info.get("check")
         if only:
             found = [c for c in checks if c[0] == only]
             if not found:
-                return web.Response(status=404, text="404 page not found\n")
+                raise web.HTTPNotFound(text="404 page not found\n")
             checks = found
-        healthy = all(ok for _, ok, _ in checks)
+        healthy = all(ok for _, ok in checks)
         if "verbose" in request.query or not healthy:
-            lines = [f"[+]{n} ok" if ok else f"[-]{n} failed: reason withheld" for n, ok, _ in checks]
+            lines = [f"[+]{n} ok" if ok else f"[-]{n} failed: reason withheld" for n, ok in checks]
             lines.append("healthz check passed" if healthy else "healthz check failed")
             return web.Response(status=200 if healthy else 500, text="\n".join(lines) + "\n")
         return web.Response(text="ok")
 
     async def pods(self, request: web.Request) -> web.Response:
-        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": self._pods()})
+        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                                  "items": self.pod_provider.pods()})
 
     async def running_pods(self, request: web.Request) -> web.Response:
         try:
             sandboxes = await self.runtime.list_pod_sandbox()
             containers = await self.runtime.list_containers()
-        except Exception as e:
-            return status_response(500, "InternalError", f"runtime error: {e}")
-        from cri_api.v1 import api_pb2 as pb
-
-        pods: dict[str, dict[str, Any]] = {}
-        for s in getattr(sandboxes, "items", sandboxes) or []:
-            if int(s.state) != pb.SANDBOX_READY:
+        except CRIError as e:
+            raise StatusError(500, "InternalError", f"runtime error: {e}") from e
+        pods: dict[str, JSONObj] = {}
+        for s in sandboxes:
+            if s.state != pb.SANDBOX_READY:
                 continue
             md = s.metadata
             pods[md.uid] = {"metadata": {"name": md.name, "namespace": md.namespace, "uid": md.uid,
                                          "creationTimestamp": None},
                             "spec": {"containers": []}, "status": {}}
-        for c in getattr(containers, "containers", containers) or []:
-            if int(c.state) != pb.CONTAINER_RUNNING:
+        for c in containers:
+            if c.state != pb.CONTAINER_RUNNING:
                 continue
             uid = dict(c.labels).get(cri_helpers.LABEL_UID, "")
             if uid in pods:
@@ -306,9 +280,9 @@ class KubeletServer:
             return status_response(400, "BadRequest", str(e))
         except Exception as e:
             return status_response(500, "InternalError", f"runtime error: {e}")
-        path = str(getattr(st, "log_path", "") or "")
+        path = str(st.log_path)
         if path and not os.path.isabs(path):
-            path = os.path.join(str(_get(self.config, "pod_logs_dir", "/var/log/pods")), f"{ns}_{name}_{uid}", path)
+            path = os.path.join(str(self.config.pod_logs_dir), f"{ns}_{name}_{uid}", path)
         resp = web.StreamResponse(headers={"Content-Type": "text/plain", "Cache-Control": "no-cache"})
         if not path or not await asyncio.to_thread(os.path.exists, path):
             await resp.prepare(request)
@@ -379,7 +353,7 @@ class KubeletServer:
         counts: dict[str, int] = {}
         tasks = asyncio.all_tasks()
         for t in tasks:
-            coro: Any = t.get_coro()
+            coro = t.get_coro()
             code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
             mod = ""
             frame = getattr(coro, "cr_frame", None)
@@ -392,12 +366,7 @@ class KubeletServer:
         return web.Response(text="\n".join(lines) + "\n")
 
     async def configz(self, request: web.Request) -> web.Response:
-        to_dict = getattr(self.config, "to_dict", None)
-        try:
-            data = to_dict() if to_dict is not None else {}
-        except Exception:
-            data = {}
-        return web.json_response({"kubeletconfig": data})
+        return web.json_response({"kubeletconfig": self.config.to_dict()})
 
     async def spec(self, request: web.Request) -> web.Response:
         mem = stats.node_memory()
@@ -418,39 +387,17 @@ class KubeletServer:
         return web.Response(text=json.dumps(summary, indent=2), content_type="application/json")
 
     async def metrics(self, request: web.Request) -> web.Response:
-        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-
-        registry: Any
-        try:
-            from pykubelet.agent import metrics as m
-
-            registry = m.REGISTRY
-        except Exception:
-            registry = CollectorRegistry()
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=generate_latest(metrics.REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def metrics_probes(self, request: web.Request) -> web.Response:
-        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-
-        try:
-            from pykubelet.agent import metrics as m
-
-            registry: Any = getattr(m, "PROBER_REGISTRY", None) or getattr(m, "PROBES_REGISTRY", None)
-            if registry is None:
-                text = generate_latest(m.REGISTRY).decode()
-                keep: list[str] = []
-                for line in text.splitlines():
-                    name = line.split(" ")[2] if line.startswith("#") and len(line.split(" ")) > 2 else line
-                    if name.startswith("prober_"):
-                        keep.append(line)
-                return web.Response(body=("\n".join(keep) + "\n").encode() if keep else b"",
-                                    headers={"Content-Type": CONTENT_TYPE_LATEST})
-        except Exception:
-            registry = CollectorRegistry()
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        """Upstream serves the prober's metrics on their own path: the ``prober_*`` families."""
+        keep = [line for line in generate_latest(metrics.REGISTRY).decode().splitlines()
+                if (line.split(" ")[2] if line.startswith("#") and line.count(" ") >= 2 else line).startswith("prober_")]
+        return web.Response(body=("\n".join(keep) + "\n").encode() if keep else b"",
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def metrics_resource(self, request: web.Request) -> web.Response:
-        summary: dict[str, Any] | None
+        summary: JSONObj | None
         try:
             summary = await self.stats.summary()
         except Exception:

@@ -14,6 +14,19 @@ from aiohttp import web
 from pykubelet.common.apistatus import status_object
 
 
+class StatusError(web.HTTPException):
+    """Raise from a handler or any helper it calls: aiohttp answers with this Status body.
+
+    Helpers raise instead of returning a ``web.Response`` the caller must recognise and pass on.
+    """
+
+    def __init__(self, code: int, reason: str, message: str, *, name: str | None = None,
+                 kind: str | None = None) -> None:
+        self.status_code = code
+        super().__init__(text=json.dumps(status_object(code, reason, message, name=name, kind=kind)),
+                         content_type="application/json")
+
+
 def status_response(code: int, reason: str, message: str, *, name: str | None = None,
                     kind: str | None = None) -> web.Response:
     return web.Response(status=code, text=json.dumps(status_object(code, reason, message, name=name, kind=kind)),

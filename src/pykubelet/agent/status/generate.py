@@ -24,10 +24,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pykubelet.agent.container.runtime import (
-    STATE_CREATED,
-    STATE_EXITED,
-    STATE_RUNNING,
     ContainerRuntimeStatus,
+    ContainerState,
     RuntimePodStatus,
 )
 
@@ -55,11 +53,11 @@ def _terminated(cs: ContainerRuntimeStatus) -> dict[str, Any]:
 
 
 def _state_of(cs: ContainerRuntimeStatus) -> dict[str, Any]:
-    if cs.state == STATE_RUNNING:
+    if cs.state == ContainerState.RUNNING:
         return {"running": {"startedAt": rfc3339(cs.started_at or cs.created_at)}}
-    if cs.state == STATE_EXITED:
+    if cs.state == ContainerState.EXITED:
         return {"terminated": _terminated(cs)}
-    if cs.state == STATE_CREATED:
+    if cs.state == ContainerState.CREATED:
         return {"waiting": {"reason": "ContainerCreating"}}
     return {"waiting": {"reason": "ContainerStatusUnknown"}}
 
@@ -96,20 +94,20 @@ def container_statuses(
             st["restartCount"] = latest.restart_count
             st["containerID"] = latest.container_id
             st["imageID"] = latest.image_ref or latest.image_id
-            running = latest.state == STATE_RUNNING
+            running = latest.state == ContainerState.RUNNING
             started, ready = (probes or {}).get(name, (True, True)) if running else (False, False)
             st["started"] = started
             if init and c.get("restartPolicy") != "Always":
                 st["started"] = running
-                st["ready"] = latest.state == STATE_EXITED and latest.exit_code == 0
+                st["ready"] = latest.state == ContainerState.EXITED and latest.exit_code == 0
             else:
                 st["ready"] = ready
-            previous = next((p for p in all_[1:] if p.state == STATE_EXITED), None)
+            previous = next((p for p in all_[1:] if p.state == ContainerState.EXITED), None)
             if previous is not None:
                 st["lastState"] = {"terminated": _terminated(previous)}
             if not running and name in reasons:
                 reason, message = reasons[name]
-                if latest.state == STATE_EXITED:
+                if latest.state == ContainerState.EXITED:
                     st["lastState"] = {"terminated": _terminated(latest)}
                 st["state"] = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
         elif name in reasons:

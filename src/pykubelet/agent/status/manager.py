@@ -21,20 +21,20 @@ import asyncio
 import copy
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from pykubelet.agent.status.generate import KUBELET_CONDITIONS
+from pykubelet.agent.types import JSONObj, Pod
 from pykubelet.common.aio import cancel_and_wait
+from pykubelet.common.apiclient import ApiClient, ApiError
 
 log = logging.getLogger(__name__)
 
-Pod = dict[str, Any]
 CONFIG_HASH = "kubernetes.io/config.hash"
 CONFIG_MIRROR = "kubernetes.io/config.mirror"
 CONFIG_SOURCE = "kubernetes.io/config.source"
 
 
-def _normalize(status: dict[str, Any]) -> dict[str, Any]:
+def _normalize(status: JSONObj) -> JSONObj:
     s = copy.deepcopy(status)
     for c in s.get("conditions") or []:
         c.pop("lastProbeTime", None)
@@ -44,7 +44,7 @@ def _normalize(status: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
-def status_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def status_equal(a: JSONObj, b: JSONObj) -> bool:
     """Equality ignoring condition timestamps and ordering (upstream isPodStatusByKubeletEqual)."""
     return _normalize(a) == _normalize(b)
 
@@ -56,7 +56,7 @@ class _Entry:
     uid: str
     static: bool
     config_hash: str
-    status: dict[str, Any]
+    status: JSONObj
     version: int = 1
     synced: int = 0
     terminated: bool = False
@@ -65,7 +65,7 @@ class _Entry:
 
 
 class StatusManager:
-    def __init__(self, api: Any | None, *, reconcile_period: float = 10.0) -> None:
+    def __init__(self, api: ApiClient | None, *, reconcile_period: float = 10.0) -> None:
         self.api = api
         self.reconcile_period = reconcile_period
         self._entries: dict[str, _Entry] = {}
@@ -74,7 +74,7 @@ class StatusManager:
         self.patches = 0  # number of PATCH calls made (observability / tests)
 
     # -- cache -----------------------------------------------------------------------------
-    def get_pod_status(self, uid: str) -> dict[str, Any] | None:
+    def get_pod_status(self, uid: str) -> JSONObj | None:
         e = self._entries.get(uid)
         return copy.deepcopy(e.status) if e else None
 
@@ -82,7 +82,7 @@ class StatusManager:
         e = self._entries.get(uid)
         return e.version if e else 0
 
-    def set_pod_status(self, pod: Pod, status: dict[str, Any]) -> bool:
+    def set_pod_status(self, pod: Pod, status: JSONObj) -> bool:
         """Cache ``status``; return True when it changed."""
         md = pod.get("metadata") or {}
         uid = md.get("uid", "")
@@ -164,8 +164,8 @@ class StatusManager:
         path = f"/api/v1/namespaces/{e.namespace}/pods/{e.name}"
         try:
             pod = await self.api.get(path)
-        except Exception as ex:
-            if getattr(ex, "status", None) == 404:
+        except ApiError as ex:
+            if ex.status == 404:
                 if not e.static:
                     log.info("pod %s/%s is gone from the API; dropping its status", e.namespace, e.name)
                     self._entries.pop(e.uid, None)
@@ -201,8 +201,8 @@ class StatusManager:
                 await self.api.delete(path, body={"apiVersion": "v1", "kind": "DeleteOptions",
                                                   "gracePeriodSeconds": 0,
                                                   "preconditions": {"uid": e.uid}})
-            except Exception as ex:
-                if getattr(ex, "status", None) not in (404, 409):
+            except ApiError as ex:
+                if ex.status not in (404, 409):
                     raise
             e.deletion_requested = True
             log.info("pod %s/%s deleted from the API after termination", e.namespace, e.name)

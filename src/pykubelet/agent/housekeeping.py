@@ -1,0 +1,134 @@
+"""Housekeeping: removing what no desired pod needs any more (upstream ``HandlePodCleanups``).
+
+Every ``housekeeping_period`` (2 s), and only once every configured pod source delivered its first
+full list (before that, "not desired" may just mean "not listed yet" — upstream waits for
+``sourcesReady`` for the same reason), one pass:
+
+1. forgets the finished pod workers of pods gone from the config and removes their containers and
+   sandboxes; a pod still syncing that left the config is told to terminate;
+2. kills and removes runtime pods nobody asked for (orphans, e.g. pods deleted while the agent was
+   down), each in its own task so a slow kill never delays the pass;
+3. runs the registered ``HousekeepingStep``s with the sets of pods the node knows: pod cgroups and
+   pod directories of unknown pods, ``/var/log/containers`` links of containers the runtime no longer
+   has, back-off entries. A new subsystem that leaves debris per pod adds a step here.
+
+Steps are independent: one failing is logged and the others still run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pykubelet.agent.interfaces import HousekeepingContext, HousekeepingStep
+from pykubelet.agent.kuberuntime.manager import RuntimeManager
+from pykubelet.agent.pleg import PodStatusCache
+from pykubelet.agent.podmanager import PodManager
+from pykubelet.agent.podworkers import PodWorkers, PodWorkerState, SyncPodType, UpdatePodOptions
+from pykubelet.common.aio import cancel_and_wait
+
+log = logging.getLogger(__name__)
+
+PodForgotten = Callable[[str], None]  # called with the uid of a pod the node no longer has
+
+ORPHAN_GRACE = 2  # seconds: an orphan's spec is unknown, upstream kills it with a short grace
+
+
+@dataclass
+class _Step:
+    name: str
+    fn: HousekeepingStep
+
+
+class Housekeeping:
+    def __init__(
+        self,
+        *,
+        pods: PodManager,
+        workers: PodWorkers,
+        runtime: RuntimeManager,
+        cache: PodStatusCache,
+        on_pod_forgotten: list[PodForgotten] | None = None,
+    ) -> None:
+        self.pods = pods
+        self.workers = workers
+        self.runtime = runtime
+        self.cache = cache
+        self._steps: list[_Step] = []
+        self._forget = list(on_pod_forgotten or [])
+        self._orphan_kills: dict[str, asyncio.Task[None]] = {}
+        self.runs = 0
+
+    def add_step(self, name: str, fn: HousekeepingStep) -> None:
+        self._steps.append(_Step(name, fn))
+
+    def on_pod_forgotten(self, fn: PodForgotten) -> None:
+        """``fn(uid)`` runs when a finished pod is forgotten (status manager, cache, ...)."""
+        self._forget.append(fn)
+
+    async def stop(self) -> None:
+        await cancel_and_wait(*self._orphan_kills.values())
+
+    async def run(self) -> None:
+        self.runs += 1
+        desired = self.pods.uids()
+        await self._forget_finished(desired)
+        listed_at = time.time()
+        listing = await self.runtime.list_runtime()
+        for uid in listing.pods:
+            if uid in desired or self.workers.get(uid) is not None or uid in self._orphan_kills:
+                continue
+            self._orphan_kills[uid] = asyncio.get_running_loop().create_task(
+                self._remove_orphan(uid), name=f"orphan-{uid}")
+        ctx = HousekeepingContext(
+            desired=frozenset(desired),
+            known=frozenset(desired | set(self.workers.known_uids()) | set(listing.pods)),
+            runtime_container_ids=frozenset(c.id for c in listing.containers),
+            listed_at=listed_at,
+        )
+        for step in self._steps:
+            try:
+                await step.fn(ctx)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("housekeeping step %s failed", step.name)
+
+    async def _forget_finished(self, desired: set[str]) -> None:
+        """Finished workers of pods gone from the config: forget them and remove their containers."""
+        for uid in self.workers.known_uids():
+            st = self.workers.get(uid)
+            if st is None or uid in desired:
+                continue
+            if st.state is PodWorkerState.SYNCING:
+                self.workers.update_pod(UpdatePodOptions(SyncPodType.KILL, st.pod))
+                continue
+            if not st.finished:
+                continue
+            self.workers.forget(uid)
+            status = await self.runtime.get_pod_status(uid)
+            await self.runtime.remove_pod(status)
+            self.cache.delete(uid)
+            for fn in self._forget:
+                fn(uid)
+
+    async def _remove_orphan(self, uid: str) -> None:
+        try:
+            status = await self.runtime.get_pod_status(uid)
+            for c in status.containers:
+                log.info("killing orphaned container %s of pod %s/%s (%s)", c.name, status.namespace,
+                         status.name, uid)
+            await self.runtime.kill_pod(None, status, ORPHAN_GRACE)
+            status = await self.runtime.get_pod_status(uid)
+            await self.runtime.remove_pod(status)
+            self.cache.delete(uid)
+            for fn in self._forget:
+                fn(uid)
+        except Exception as e:
+            log.warning("removing orphaned pod %s: %s", uid, e)
+        finally:
+            self._orphan_kills.pop(uid, None)
+

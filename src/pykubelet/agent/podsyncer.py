@@ -1,0 +1,255 @@
+"""What a pod worker does for one pod (upstream ``Kubelet.SyncPod``, ``SyncTerminatingPod``,
+``SyncTerminatedPod``).
+
+The pod workers (``podworkers.PodWorkers``) decide *when* a pod is synced and in which state; this
+module decides *what* a sync does, as upstream's three methods:
+
+- ``sync_pod`` (the pod should run): generate the API status from the runtime view and hand it to
+  the status manager; stop if the pod is terminal or its ``activeDeadlineSeconds`` passed
+  (``DeadlineExceeded``); register its probes; make sure its mirror pod exists (static pods); run the
+  ``PodLifecycleHook``s that must succeed before containers start (pod directories, the pod cgroup;
+  volumes plug in here); then ``RuntimeManager.sync_pod``. When that started containers the runtime
+  is re-read at once and the new status handed over, so ``Running`` reaches the API without waiting
+  for the next relist. A crash-loop back-off or a deadline asks the worker to come back
+  (``requeue_after``), since nothing else would wake it in time.
+- ``sync_terminating_pod``: stop every container with the grace period, report the final status.
+- ``sync_terminated_pod``: remove the probes, release the hooks (cgroup), let the status manager
+  confirm the deletion to the API.
+
+The runtime view comes from the PLEG's cache when it is newer than this pod's last sync, else from a
+fresh runtime query (upstream ``podCache.GetNewerThan``). Probe results enter the status through the
+prober: each status generation first feeds it the runtime view (container id, running, started).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pykubelet.agent import metrics
+from pykubelet.agent.container.runtime import ContainerState, RuntimePodStatus
+from pykubelet.agent.interfaces import EventRecorder, MirrorClient, PodLifecycleHook, PodNotReadyError
+from pykubelet.agent.kuberuntime.actions import ProbeKill, ProbeKillFunc, backoff_key
+from pykubelet.agent.kuberuntime.manager import RuntimeManager
+from pykubelet.agent.pleg import PodStatusCache
+from pykubelet.agent.podmanager import PodManager, is_static, pod_uid
+from pykubelet.agent.podworkers import SyncPodResult, SyncPodType
+from pykubelet.agent.prober.manager import ProbeManager, probe_containers
+from pykubelet.agent.prober.results import Result
+from pykubelet.agent.status.generate import generate_api_status
+from pykubelet.agent.status.manager import StatusManager
+from pykubelet.agent.types import JSONObj, Pod
+from pykubelet.common import podutil
+
+log = logging.getLogger(__name__)
+
+DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
+ERROR_RETRY = 5.0
+
+
+def active_deadline_left(pod: Pod, status: JSONObj, now: float) -> float | None:
+    """Seconds until spec.activeDeadlineSeconds passes (counted from status.startTime), or None."""
+    ads = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+    start = status.get("startTime")
+    if ads is None or not start:
+        return None
+    try:
+        t0 = calendar.timegm(time.strptime(str(start), "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return None
+    return t0 + float(ads) - now
+
+
+class PodDirectories:
+    """``<root-dir>/pods/<uid>/{volumes,plugins,containers}``, as upstream's ``makePodDataDirs``."""
+
+    def __init__(self, root_dir: Path) -> None:
+        self.base = root_dir / "pods"
+
+    def _make(self, uid: str) -> None:
+        for sub in ("volumes", "plugins", "containers"):
+            (self.base / uid / sub).mkdir(parents=True, exist_ok=True)
+
+    async def prepare_pod(self, pod: Pod) -> None:
+        try:
+            await asyncio.to_thread(self._make, pod_uid(pod))
+        except OSError as e:
+            log.warning("pod dirs for %s: %s", pod_uid(pod), e)
+
+    async def release_pod(self, uid: str) -> None:
+        """Kept until housekeeping removes them: the termination-message files live there."""
+
+
+class PodSyncer:
+    """Implements ``podworkers.PodSyncer`` for the kubelet."""
+
+    def __init__(
+        self,
+        *,
+        pods: PodManager,
+        runtime: RuntimeManager,
+        cache: PodStatusCache,
+        statuses: StatusManager,
+        probes: ProbeManager,
+        recorder: EventRecorder,
+        mirror: MirrorClient | None,
+        host_ips: list[str],
+        hooks: list[PodLifecycleHook],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.pods = pods
+        self.runtime = runtime
+        self.cache = cache
+        self.statuses = statuses
+        self.probes = probes
+        self.recorder = recorder
+        self.mirror = mirror
+        self.host_ips = host_ips
+        self.hooks = hooks
+        self.clock = clock
+        self._last_sync: dict[str, float] = {}
+
+    def forget(self, uid: str) -> None:
+        self._last_sync.pop(uid, None)
+
+    # ------------------------------------------------------------------ the runtime view
+    async def _runtime_status(self, uid: str) -> RuntimePodStatus:
+        last = self._last_sync.get(uid, 0.0)
+        if self.cache.newer_than(uid, last) and self.cache.has(uid):
+            return self.cache.get(uid)
+        st = await self.runtime.get_pod_status(uid)
+        self.cache.set(uid, st)  # ignored if the PLEG stored a newer view meanwhile
+        return self.cache.get(uid)
+
+    def generate(self, pod: Pod, status: RuntimePodStatus, *, terminal: bool = False) -> JSONObj:
+        uid = pod_uid(pod)
+        p = pod
+        cached = self.statuses.get_pod_status(uid)
+        if cached is not None:
+            p = {**pod, "status": cached}
+        return generate_api_status(
+            p, status, reasons=self.runtime.reasons_for(uid), host_ips=self.host_ips,
+            qos_class=podutil.qos_class(pod), pod_is_terminal=terminal, probes=self._feed_probes(p, status),
+        )
+
+    def _feed_probes(self, pod: Pod, status: RuntimePodStatus) -> dict[str, tuple[bool, bool]]:
+        """Give the prober the runtime view, return name → (started, ready) for probed containers."""
+        uid = pod_uid(pod)
+        views: dict[str, tuple[str, bool, float | None]] = {}
+        for c in probe_containers(pod):
+            cs = status.find_container(c.get("name", ""))
+            if cs is not None:
+                views[cs.name] = (cs.id, cs.state is ContainerState.RUNNING, cs.started_at or None)
+        self.probes.update_pod_status(pod, views, (status.ips or [""])[0])
+        return {n: (self.probes.is_started(uid, n), self.probes.is_ready(uid, n)) for n in views}
+
+    def _probe_kill(self, pod: Pod) -> ProbeKillFunc:
+        def decide(name: str, container_id: str) -> ProbeKill | None:
+            d = self.probes.kill_decision(pod, name)
+            # only act on a result about this very container (never on a stale id's)
+            if d is None or self.probes.result_for(d.probe_type, container_id) is not Result.FAILURE:
+                return None
+            return ProbeKill(d.reason, d.message, d.grace_period)
+        return decide
+
+    def _observe_start(self, uid: str, status: JSONObj) -> None:
+        if status.get("phase") == "Running":
+            first_seen = self.pods.take_first_seen(uid)
+            if first_seen is not None:
+                metrics.POD_START_DURATION.observe(time.monotonic() - first_seen)
+
+    # ------------------------------------------------------------------ PodSyncer
+    async def sync_pod(self, update_type: SyncPodType, pod: Pod, mirror_pod: Pod | None) -> SyncPodResult:
+        uid = pod_uid(pod)
+        rt = await self._runtime_status(uid)
+        status = self.generate(pod, rt)
+        self.statuses.set_pod_status(pod, status)
+        if status.get("phase") in ("Succeeded", "Failed"):
+            return SyncPodResult(terminal=True)
+        deadline_left = active_deadline_left(pod, status, self.clock())
+        if deadline_left is not None and deadline_left <= 0:
+            self.recorder.event(pod, "Normal", "DeadlineExceeded", DEADLINE_MESSAGE)
+            self.statuses.set_pod_status(
+                pod, {**status, "phase": "Failed", "reason": "DeadlineExceeded", "message": DEADLINE_MESSAGE})
+            return SyncPodResult(terminal=True)
+        self.probes.add_pod(pod)
+        self._observe_start(uid, status)
+        if is_static(pod) and self.mirror is not None:
+            try:
+                await self.mirror.ensure_mirror(pod)
+            except Exception as e:
+                log.warning("mirror pod for %s: %s", (pod.get("metadata") or {}).get("name"), e)
+        try:
+            for hook in self.hooks:
+                await hook.prepare_pod(pod)
+        except PodNotReadyError as e:
+            self.recorder.event(pod, "Warning", e.reason, e.message)
+            return SyncPodResult(terminal=False, requeue_after=e.retry_after)
+        result = await self.runtime.sync_pod(pod, rt, probe_kill=self._probe_kill(pod),
+                                             started=lambda n: self.probes.is_started(uid, n))
+        self._last_sync[uid] = self.clock()
+        if result.started:
+            # report what we just started at once instead of after the next PLEG relist (up to 1 s)
+            rt = await self._refresh_after_start(pod, rt)
+        elif result.actions is not None and not result.actions.kill_pod:
+            # nothing changed in the runtime: refresh waiting reasons (CrashLoopBackOff, ...) now
+            self.statuses.set_pod_status(pod, self.generate(pod, rt))
+        with contextlib.suppress(Exception):
+            await self.runtime.gc_pod(rt)
+        requeue: float | None = None
+        if result.actions is not None and result.actions.backoff:
+            # wake up when the first crash-loop back-off expires (nothing else would)
+            remaining = [
+                self.runtime.backoff.remaining(backoff_key(pod, c), cs.finished_at)
+                for name in result.actions.backoff
+                if (c := podutil.find_container(pod, name)) is not None
+                and (cs := rt.find_container(name)) is not None
+            ]
+            requeue = max(0.5, min(remaining, default=1.0) + 0.2)
+        elif result.error:
+            requeue = ERROR_RETRY
+        if deadline_left is not None:
+            requeue = min(requeue if requeue is not None else deadline_left + 0.2, deadline_left + 0.2)
+        return SyncPodResult(terminal=False, requeue_after=requeue)
+
+    async def _refresh_after_start(self, pod: Pod, rt: RuntimePodStatus) -> RuntimePodStatus:
+        """Re-read the runtime after starting containers and hand the new status over at once.
+
+        The status manager writes it immediately (no batching), so the first ``Running`` reaches the
+        API a few milliseconds after StartContainer returned; the PLEG's next relist then finds the
+        cache already up to date for this pod.
+        """
+        uid = pod_uid(pod)
+        try:
+            fresh = await self.runtime.get_pod_status(uid)
+        except Exception as e:
+            log.debug("runtime status of pod %s after start: %s", uid, e)
+            return rt
+        self.cache.set(uid, fresh)
+        status = self.generate(pod, fresh)
+        self.statuses.set_pod_status(pod, status)
+        self._observe_start(uid, status)
+        return fresh
+
+    async def sync_terminating_pod(self, pod: Pod, grace: int | None) -> None:
+        uid = pod_uid(pod)
+        rt = await self.runtime.get_pod_status(uid)
+        self.cache.set(uid, rt)
+        await self.runtime.kill_pod(pod, rt, grace)
+        rt = await self.runtime.get_pod_status(uid)
+        self.cache.set(uid, rt)
+        self._last_sync[uid] = self.clock()
+        if not self.pods.is_rejected(uid):
+            self.statuses.set_pod_status(pod, self.generate(pod, rt, terminal=True))
+
+    async def sync_terminated_pod(self, pod: Pod) -> None:
+        uid = pod_uid(pod)
+        self.probes.remove_pod(uid)
+        for hook in reversed(self.hooks):
+            await hook.release_pod(uid)
+        self.statuses.terminated(uid)
