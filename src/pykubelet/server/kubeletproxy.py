@@ -11,7 +11,7 @@ Upstream's pod REST storage (pkg/registry/core/pod/strategy.go ``LogLocation``/`
   ``/portForward/{ns}/{pod}`` (+ ``port=`` for each requested port). These are *upgrade* requests:
   like upstream's UpgradeAwareHandler we forward the client's upgrade (method, Upgrade/Connection,
   Sec-WebSocket-*, X-Stream-Protocol-Version) unchanged to the kubelet and, on ``101``, pipe raw bytes
-  both ways until either side closes. Protocol translation (websocket v5, port-forward tunnelling)
+  both ways until either side closes (``common.upgradeproxy``, shared with the kubelet's own hop). Protocol translation (websocket v5, port-forward tunnelling)
   happens in the kubelet, so whatever kubectl negotiates ends to end.
 * nodes/{n}/proxy/{path} → the same path on the kubelet (GET and friends), streamed back.
 
@@ -32,21 +32,17 @@ from urllib.parse import quote, urlencode
 import aiohttp
 from aiohttp import web
 
-from pykubelet.common import wsstream
+from pykubelet.common import upgradeproxy
+from pykubelet.common.apistatus import status_object
 
 LOG_PARAMS = ("follow", "previous", "timestamps", "tailLines", "sinceSeconds", "sinceTime", "limitBytes",
               "stream", "insecureSkipTLSVerifyBackend")
-_UPGRADE_HEADERS = {"connection", "upgrade", "x-stream-protocol-version", "sec-websocket-key",
-                    "sec-websocket-version", "sec-websocket-protocol", "sec-websocket-extensions", "user-agent"}
 _TRUE = ("1", "true", "t", "yes")
 
 
-def _status(code: int, reason: str, message: str, **details: Any) -> web.Response:
-    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                            "message": message, "reason": reason, "code": code}
-    if details:
-        body["details"] = details
-    return web.Response(status=code, text=json.dumps(body), content_type="application/json")
+def _status(code: int, reason: str, message: str) -> web.Response:
+    return web.Response(status=code, text=json.dumps(status_object(code, reason, message)),
+                        content_type="application/json")
 
 
 def kubelet_base_url(node: dict[str, Any]) -> str | None:
@@ -165,19 +161,7 @@ async def _stream_get(request: web.Request, url: str, ctx: ssl.SSLContext) -> we
 
 
 async def _proxy_upgrade(request: web.Request, url: str, ctx: ssl.SSLContext) -> web.StreamResponse:
-    headers = [(k, v) for k, v in request.headers.items() if k.lower() in _UPGRADE_HEADERS]
-    try:
-        up = await wsstream.open_upgrade(url, method=request.method, headers=headers, ssl_context=ctx)
-    except (OSError, TimeoutError, ValueError, ssl.SSLError) as e:
-        return _status(500, "InternalError", f"error dialing backend: {e}")
-    if up.status != 101:
-        body = await up.read_body()
-        await up.conn.close()
-        ctype = up.header("Content-Type") or "text/plain"
-        return web.Response(status=up.status, body=body, headers={"Content-Type": ctype})
-    resp, client = await wsstream.hijack(request, wsstream.upgrade_response_headers(up))
-    await wsstream.pipe(client, up.conn)
-    return resp
+    return await upgradeproxy.proxy_upgrade(request, url, dial_error="error dialing backend", ssl_context=ctx)
 
 
 async def pod_subresource(request: web.Request, *, pod: dict[str, Any], node: dict[str, Any],
@@ -192,8 +176,7 @@ async def pod_subresource(request: web.Request, *, pod: dict[str, Any], node: di
     url = base + path
     if subresource == "log":
         return await _stream_get(request, url, ctx)
-    is_upgrade = "upgrade" in request.headers.get("Connection", "").lower() and request.headers.get("Upgrade")
-    if not is_upgrade:
+    if not upgradeproxy.is_upgrade_request(request):
         return _status(400, "BadRequest", "Upgrade request required")
     return await _proxy_upgrade(request, url, ctx)
 
@@ -208,7 +191,6 @@ async def node_proxy(request: web.Request, *, node: dict[str, Any], path: str) -
     qs = request.query_string
     url = base + quote(rel, safe="/:@!$&'()*+,;=-._~") + (("?" + qs) if qs else "")
     ctx = client_ssl_context(_pki_dir(request))
-    is_upgrade = "upgrade" in request.headers.get("Connection", "").lower() and request.headers.get("Upgrade")
-    if is_upgrade:
+    if upgradeproxy.is_upgrade_request(request):
         return await _proxy_upgrade(request, url, ctx)
     return await _stream_get(request, url, ctx)

@@ -16,7 +16,8 @@ StreamTranslator/tunnelling handlers; we do it one hop later with the same wire 
   messages already carry raw SPDY frames, so we open a SPDY upgrade (``portforward.k8s.io``) to the
   runtime and relay bytes unchanged.
 * anything else carrying ``Upgrade`` (SPDY exec/attach/port-forward of older kubectl, legacy websocket
-  protocols) → transparent upgrade proxy to the runtime URL, exactly like upstream.
+  protocols) → transparent upgrade proxy to the runtime URL (``common.upgradeproxy``, the same helper
+  the API server uses for its hop to us), exactly like upstream.
 
 Query names follow upstream (``command`` repeated, ``input``/``output``/``error``/``tty``; ``port``
 for legacy port-forward). With ``tty`` stderr is off (the terminal merges it), as upstream does.
@@ -38,24 +39,18 @@ from cri_api.v1 import api_pb2 as pb
 
 from pykubelet.agent.server import cri_helpers
 from pykubelet.agent.server.status import status_response
-from pykubelet.common import wsstream
+from pykubelet.common import upgradeproxy, wsstream
 from pykubelet.common.spdy import SpdySession, SpdyStream
 
 log = logging.getLogger(__name__)
 
 WS_CHANNEL_PROTOCOLS = (wsstream.V5, wsstream.V4, wsstream.V1)
-_FORWARDED_REQUEST_HEADERS = {
-    "connection", "upgrade", "x-stream-protocol-version", "sec-websocket-key", "sec-websocket-version",
-    "sec-websocket-protocol", "sec-websocket-extensions", "user-agent", "origin",
-}
+# The kubelet also passes Origin on to the runtime (its legacy websocket server may check it).
+_FORWARDED_REQUEST_HEADERS = upgradeproxy.UPGRADE_REQUEST_HEADERS | {"origin"}
 
 
 def _flag(request: web.Request, name: str) -> bool:
     return request.query.get(name, "").lower() in ("1", "true", "t", "yes")
-
-
-def _is_upgrade(request: web.Request) -> bool:
-    return "upgrade" in request.headers.get("Connection", "").lower() and bool(request.headers.get("Upgrade"))
 
 
 def _ws_protocols(request: web.Request) -> list[str]:
@@ -64,7 +59,7 @@ def _ws_protocols(request: web.Request) -> list[str]:
 
 
 def _is_websocket(request: web.Request) -> bool:
-    return _is_upgrade(request) and request.headers.get("Upgrade", "").lower() == "websocket"
+    return upgradeproxy.is_upgrade_request(request) and request.headers.get("Upgrade", "").lower() == "websocket"
 
 
 class StreamingHandlers:
@@ -134,7 +129,7 @@ class StreamingHandlers:
             return status_response(400, "BadRequest", "you must specify at least 1 command")
         if not (stdin or stdout or stderr):
             return status_response(400, "BadRequest", "you must specify at least 1 of stdin, stdout, stderr")
-        if not _is_upgrade(request):
+        if not upgradeproxy.is_upgrade_request(request):
             return status_response(400, "BadRequest", "Upgrade request required")
         pod = self._pod_or_404(ns, name)
         if isinstance(pod, web.Response):
@@ -289,24 +284,14 @@ class StreamingHandlers:
                 await ws.send_bytes(wsstream.encode(wsstream.ERROR, wsstream.status_bytes(status)))
 
     async def _proxy_upgrade(self, request: web.Request, url: str) -> web.StreamResponse:
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() in _FORWARDED_REQUEST_HEADERS]
-        try:
-            up = await wsstream.open_upgrade(url, method=request.method, headers=headers, connect_timeout=self.timeout)
-        except (OSError, TimeoutError, ValueError) as e:
-            return status_response(500, "InternalError", f"error dialing container runtime streaming server: {e}")
-        if up.status != 101:
-            body = await up.read_body()
-            await up.conn.close()
-            ctype = up.header("Content-Type") or "text/plain"
-            return web.Response(status=up.status, body=body, headers={"Content-Type": ctype})
-        resp, client = await wsstream.hijack(request, wsstream.upgrade_response_headers(up))
-        await wsstream.pipe(client, up.conn)
-        return resp
+        return await upgradeproxy.proxy_upgrade(
+            request, url, dial_error="error dialing container runtime streaming server",
+            forward_headers=_FORWARDED_REQUEST_HEADERS, connect_timeout=self.timeout)
 
     # ------------------------------------------------------------------ port-forward
     async def port_forward(self, request: web.Request) -> web.StreamResponse:
         ns, name = request.match_info["namespace"], request.match_info["pod"]
-        if not _is_upgrade(request):
+        if not upgradeproxy.is_upgrade_request(request):
             return status_response(400, "BadRequest", "Upgrade request required")
         ports: list[int] = []
         try:
