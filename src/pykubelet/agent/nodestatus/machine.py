@@ -30,6 +30,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pykubelet.common.procfs import read_meminfo
+
 log = logging.getLogger(__name__)
 
 # cgroup v1 reports "no limit" as a huge page-aligned number.
@@ -208,15 +210,6 @@ def cgroup_limits(paths: HostPaths) -> tuple[int | None, int | None, int | None]
     return quota, period, mem
 
 
-def _meminfo_total(paths: HostPaths) -> int:
-    for line in (_read(paths.proc / "meminfo") or "").splitlines():
-        if line.startswith("MemTotal:"):
-            parts = line.split()
-            with contextlib.suppress(IndexError, ValueError):
-                return int(parts[1]) * 1024
-    return 0
-
-
 def _sysctl(name: str) -> int:
     try:
         out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=True)
@@ -269,7 +262,7 @@ def read_machine_info(paths: HostPaths | None = None) -> MachineInfo:
         info.num_cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         info.num_cores = os.cpu_count() or 0
-    machine_mem = _meminfo_total(paths)
+    machine_mem = read_meminfo(paths.proc).get("MemTotal", 0)
     quota, period, mem_limit = cgroup_limits(paths)
     info.cpu_millis = cap_cpu_millis(info.num_cores, quota, period)
     info.memory_bytes = cap_memory(machine_mem, mem_limit)

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 
+from pykubelet.common.procfs import read_meminfo
 from pykubelet.common.quantity import QuantityError, parse_quantity
 
 from . import setters
@@ -97,18 +98,6 @@ def parse_memory_stat(text: str) -> dict[str, int]:
     return out
 
 
-def parse_meminfo(text: str) -> dict[str, int]:
-    """/proc/meminfo → field → bytes."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        k, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts:
-            with contextlib.suppress(ValueError):
-                out[k.strip()] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
-    return out
-
-
 # --------------------------------------------------------------------------- readers
 
 
@@ -128,7 +117,7 @@ def working_set_bytes(paths: HostPaths) -> int | None:
         with contextlib.suppress(ValueError):
             inactive = parse_memory_stat(stat).get("total_inactive_file", 0)
             return max(0, int(usage.strip()) - inactive)
-    info = parse_meminfo(_read(paths.proc / "meminfo") or "")
+    info = read_meminfo(paths.proc)
     if "MemTotal" in info and "MemAvailable" in info:
         return max(0, info["MemTotal"] - info["MemAvailable"])
     return None

@@ -27,6 +27,7 @@ from typing import Any
 
 from pykubelet.agent.server.cri_helpers import LABEL_CONTAINER, LABEL_NS, LABEL_POD, LABEL_UID
 from pykubelet.agent.server.logs import format_rfc3339_nano
+from pykubelet.common.procfs import read_meminfo
 
 
 def _read(path: str) -> str | None:
@@ -56,18 +57,8 @@ def node_cpu_usage_ns() -> int:
     return 0
 
 
-def _meminfo() -> dict[str, int]:
-    out: dict[str, int] = {}
-    for line in (_read("/proc/meminfo") or "").splitlines():
-        k, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[k] = int(parts[0]) * (1024 if len(parts) > 1 else 1)
-    return out
-
-
 def node_memory() -> dict[str, int]:
-    mi = _meminfo()
+    mi = read_meminfo()
     total = mi.get("MemTotal", 0)
     usage = total - mi.get("MemFree", 0)
     working = total - mi.get("MemAvailable", mi.get("MemFree", 0))
