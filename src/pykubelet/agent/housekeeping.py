@@ -8,9 +8,9 @@ full list (before that, "not desired" may just mean "not listed yet" — upstrea
    sandboxes; a pod still syncing that left the config is told to terminate;
 2. kills and removes runtime pods nobody asked for (orphans, e.g. pods deleted while the agent was
    down), each in its own task so a slow kill never delays the pass;
-3. runs the registered ``HousekeepingStep``s with the sets of pods the node knows: pod cgroups and
-   pod directories of unknown pods, ``/var/log/containers`` links of containers the runtime no longer
-   has, back-off entries. A new subsystem that leaves debris per pod adds a step here.
+3. runs the registered ``HousekeepingStep``s with the sets of pods the node knows: pod cgroups, pod
+   directories and pod log directories of unknown pods, ``/var/log/containers`` links of containers
+   the runtime no longer has, back-off entries. A new subsystem that leaves debris per pod adds a step here.
 
 Steps are independent: one failing is logged and the others still run.
 """
@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from pykubelet.agent.interfaces import HousekeepingContext, HousekeepingStep
 from pykubelet.agent.kuberuntime.manager import RuntimeManager
@@ -132,3 +135,33 @@ class Housekeeping:
         finally:
             self._orphan_kills.pop(uid, None)
 
+
+def remove_pod_dirs(base: Path, known: frozenset[str]) -> None:
+    """Remove ``<root>/pods/<uid>`` of pods the node no longer knows, never through a mount."""
+    if not base.is_dir():
+        return
+    try:
+        with open("/proc/mounts") as f:
+            mounts = [line.split()[1] for line in f]
+    except OSError:
+        mounts = []
+    for d in base.iterdir():
+        if d.name in known or not d.is_dir():
+            continue
+        prefix = str(d) + os.sep
+        if any(m.startswith(prefix) for m in mounts):
+            continue  # volumes still mounted: never delete through a mount
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def remove_pod_log_dirs(pod_logs_dir: Path, known: frozenset[str]) -> None:
+    """Remove ``<podLogsDir>/<namespace>_<name>_<uid>`` of pods the node no longer has (upstream
+    container GC ``evictPodLogsDirectories``). A pod that still exists keeps its directory, and so
+    the log of its newest dead container that ``kubectl logs --previous`` reads."""
+    if not pod_logs_dir.is_dir():
+        return
+    for d in pod_logs_dir.iterdir():
+        uid = d.name.rsplit("_", 1)[-1]
+        if d.name.count("_") < 2 or uid in known or not d.is_dir() or d.is_symlink():
+            continue
+        shutil.rmtree(d, ignore_errors=True)

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import shutil
 import time
 from collections.abc import Coroutine
 from pathlib import Path
@@ -39,7 +37,7 @@ from pykubelet.agent import metrics
 from pykubelet.agent.admission import AdmissionChain, MaxPodsAdmitHandler, ValidPodAdmitHandler
 from pykubelet.agent.cm.podcgroups import PodCgroupManager
 from pykubelet.agent.config import AgentOptions
-from pykubelet.agent.housekeeping import Housekeeping
+from pykubelet.agent.housekeeping import Housekeeping, remove_pod_dirs, remove_pod_log_dirs
 from pykubelet.agent.images.manager import ImageManager
 from pykubelet.agent.interfaces import (
     ContainerRuntime,
@@ -126,6 +124,7 @@ class Kubelet:
         self.housekeeping.add_step("probe workers", self._cleanup_probes)
         self.housekeeping.add_step("pod cgroups", self._cleanup_cgroups)
         self.housekeeping.add_step("pod directories", self._cleanup_pod_dirs)
+        self.housekeeping.add_step("pod log directories", self._cleanup_pod_logs)
         self.housekeeping.add_step("container log links", self._cleanup_log_links)
         self.housekeeping.add_step("back-off entries", self._gc_backoff)
         self.housekeeping_period = housekeeping_period
@@ -324,6 +323,9 @@ class Kubelet:
     async def _cleanup_pod_dirs(self, ctx: HousekeepingContext) -> None:
         await asyncio.to_thread(remove_pod_dirs, self.root_dir / "pods", ctx.known)
 
+    async def _cleanup_pod_logs(self, ctx: HousekeepingContext) -> None:
+        await asyncio.to_thread(remove_pod_log_dirs, Path(self.config.pod_logs_dir), ctx.known)
+
     async def _cleanup_log_links(self, ctx: HousekeepingContext) -> None:
         """Legacy log symlinks of containers the runtime no longer has (upstream container GC)."""
         await asyncio.to_thread(cleanup_symlinks, self.runtime_manager.containers_log_dir,
@@ -334,20 +336,3 @@ class Kubelet:
         self.runtime_manager.backoff.gc()
         self.images.backoff.gc()
 
-
-def remove_pod_dirs(base: Path, known: frozenset[str]) -> None:
-    """Remove ``<root>/pods/<uid>`` of pods the node no longer knows, never through a mount."""
-    if not base.is_dir():
-        return
-    try:
-        with open("/proc/mounts") as f:
-            mounts = [line.split()[1] for line in f]
-    except OSError:
-        mounts = []
-    for d in base.iterdir():
-        if d.name in known or not d.is_dir():
-            continue
-        prefix = str(d) + os.sep
-        if any(m.startswith(prefix) for m in mounts):
-            continue  # volumes still mounted: never delete through a mount
-        shutil.rmtree(d, ignore_errors=True)

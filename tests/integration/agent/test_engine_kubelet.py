@@ -319,3 +319,31 @@ async def test_termination_message_fallback_to_logs(harness: Harness) -> None:
     # the termination-message file is created under the pod dir
     uid = pod["metadata"]["uid"]
     assert any((harness.tmp / "root" / "pods" / uid / "containers" / "m").iterdir())
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("image", 5, "image: Invalid value: 5"),
+    ("command", [1, 2], "command: Invalid value: [1, 2]"),
+    ("env", [{"name": "N", "value": 3}], "env[0].value: Invalid value: 3"),
+    ("securityContext", {"runAsUser": -1}, "runAsUser: Invalid value: -1"),
+    ("securityContext", {"privileged": "yes"}, "privileged: Invalid value: 'yes'"),
+])
+async def test_badly_typed_container_gets_config_error_and_event(
+        harness: Harness, field: str, value: Any, needle: str) -> None:
+    k = await harness.start()
+    c = busybox("c")
+    c[field] = value
+    pod = make_pod("typed", [c])
+    await harness.add(pod)
+
+    def waiting() -> dict[str, Any] | None:
+        for cs in harness.api_status(pod).get("containerStatuses") or []:
+            w = (cs.get("state") or {}).get("waiting") or {}
+            if w.get("reason") == "CreateContainerConfigError":
+                return w
+        return None
+
+    w = await eventually(waiting)
+    assert needle in w["message"]
+    assert any(reason == "Failed" and needle in msg for _, _, reason, msg in k.recorder.recorded)
+    assert not await harness.runtime.list_containers()  # nothing was created

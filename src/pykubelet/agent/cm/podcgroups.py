@@ -8,8 +8,9 @@ Layout follows upstream's QoS hierarchy (``cgroupsPerQOS``) below the configured
     <root>/kubepods/besteffort/pod<uid>      BestEffort
 
 The pod cgroup path is handed to the runtime as the sandbox's ``linux.cgroup_parent``; runc creates the
-container cgroups below it but never removes the pod level, so ``destroy`` does (after the pod is gone)
-and housekeeping removes pod cgroups of pods the agent does not know. Pod-level limits follow upstream
+container cgroups below it, in every mounted hierarchy (``name=systemd`` and ``unified`` included), but
+never removes the pod level, so ``destroy`` does in all of them (after the pod is gone) and
+housekeeping removes pod cgroups of pods the agent does not know. Pod-level limits follow upstream
 ``ResourceConfigForPod``: cpu.shares from requests, a CFS quota and a memory limit only when every
 container declares that limit. All filesystem work runs in a thread (``asyncio.to_thread``). Without
 root or a cgroup v1 hierarchy the manager is a logged no-op.
@@ -80,6 +81,14 @@ class PodCgroupManager:
     def _controllers(self) -> list[Path]:
         return [self.mount / c for c in CONTROLLERS if (self.mount / c).is_dir()]
 
+    def _hierarchies(self) -> list[Path]:
+        """Every mounted hierarchy, not only the controllers the agent writes to: runc also creates
+        the pod's path under ``name=systemd`` and ``unified``, and nobody else removes it there."""
+        try:
+            return [p for p in self.mount.iterdir() if p.is_dir() and not p.is_symlink()]
+        except OSError:
+            return self._controllers()
+
     def _mkdir(self, ctrl: Path, rel: str) -> None:
         path = ctrl
         for part in rel.strip("/").split("/"):
@@ -141,19 +150,19 @@ class PodCgroupManager:
 
     def _destroy_sync(self, uid: str) -> None:
         for rel in self._paths_for_uid(uid):
-            for ctrl in self._controllers():
-                self._rmtree(ctrl / rel.strip("/"))
+            for hierarchy in self._hierarchies():
+                self._rmtree(hierarchy / rel.strip("/"))
 
     def _paths_for_uid(self, uid: str) -> list[str]:
         return [f"{self.qos_parent(q)}/pod{uid}" for q in ("Guaranteed", "Burstable", "BestEffort")]
 
     def _list_sync(self) -> set[str]:
         out: set[str] = set()
-        mem = self.mount / "memory"
-        for q in ("Guaranteed", "Burstable", "BestEffort"):
-            d = mem / self.qos_parent(q).strip("/")
-            if d.is_dir():
-                out.update(p.name[3:] for p in d.iterdir() if p.is_dir() and p.name.startswith("pod"))
+        for hierarchy in self._hierarchies():
+            for q in ("Guaranteed", "Burstable", "BestEffort"):
+                d = hierarchy / self.qos_parent(q).strip("/")
+                if d.is_dir():
+                    out.update(p.name[3:] for p in d.iterdir() if p.is_dir() and p.name.startswith("pod"))
         return out
 
     async def ensure(self, pod: dict[str, Any]) -> None:

@@ -44,6 +44,40 @@ class ConfigError(Exception):
     """The pod spec cannot be turned into a runtime config (CreateContainerConfigError)."""
 
 
+def _expect(cond: bool, path: str, value: object, what: str) -> None:
+    if not cond:
+        raise ConfigError(f"{path}: Invalid value: {value!r}: {what}")
+
+
+def check_container_types(container: dict[str, Any], path: str) -> None:
+    """Defence in depth against an API server that lets badly typed pods through: the fields the
+    CRI config is built from must have the types the API schema gives them, or the container gets a
+    CreateContainerConfigError naming the field, instead of a Python error in the agent's log."""
+    image = container.get("image")
+    _expect(isinstance(image, str) and image.strip() != "", f"{path}.image", image, "must be a non-empty string")
+    for key in ("command", "args"):
+        v = container.get(key)
+        _expect(v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)), f"{path}.{key}", v,
+                "must be a list of strings")
+    wd = container.get("workingDir")
+    _expect(wd is None or isinstance(wd, str), f"{path}.workingDir", wd, "must be a string")
+    env = container.get("env")
+    _expect(env is None or isinstance(env, list), f"{path}.env", env, "must be a list")
+    for i, e in enumerate(env or []):
+        _expect(isinstance(e, dict) and isinstance(e.get("name"), str), f"{path}.env[{i}]", e, "must have a string name")
+        _expect(e.get("value") is None or isinstance(e["value"], str), f"{path}.env[{i}].value", e.get("value"),
+                "must be a string")
+    sc = container.get("securityContext")
+    _expect(sc is None or isinstance(sc, dict), f"{path}.securityContext", sc, "must be an object")
+    for key in ("runAsUser", "runAsGroup"):
+        v = (sc or {}).get(key)
+        _expect(v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+                f"{path}.securityContext.{key}", v, "must be a non-negative integer")
+    for key in ("privileged", "readOnlyRootFilesystem", "allowPrivilegeEscalation", "runAsNonRoot"):
+        v = (sc or {}).get(key)
+        _expect(v is None or isinstance(v, bool), f"{path}.securityContext.{key}", v, "must be a boolean")
+
+
 def _md(pod: Pod) -> dict[str, Any]:
     return pod.get("metadata") or {}
 

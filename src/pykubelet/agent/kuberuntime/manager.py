@@ -303,6 +303,13 @@ class RuntimeManager:
     def reasons_for(self, uid: str) -> dict[str, tuple[str, str]]:
         return dict(self.reasons.get(uid, {}))
 
+    def _config_error(self, pod: Pod, name: str, kind: str, message: str) -> bool:
+        """Upstream CreateContainerConfigError: waiting reason, a Warning event, never started."""
+        self._set_reason(pod, name, "CreateContainerConfigError", message)
+        self.recorder.event(pod, "Warning", "Failed", f"Error: {message}")
+        metrics.STARTED_CONTAINERS_ERRORS.labels(kind, "CreateContainerConfigError").inc()
+        return False
+
     def _start_failed(self, pod: Pod, name: str, kind: str, reason: str, err: Exception) -> bool:
         """Record a failed create/start the way upstream surfaces it: waiting reason, event, metric."""
         msg = getattr(err, "details", None) or str(err)
@@ -353,7 +360,13 @@ class RuntimeManager:
         if not actions.create_sandbox and not actions.init_containers_to_start and not actions.containers_to_start:
             return result
         sandbox_id = actions.sandbox_id
-        sb_config = self.sandbox_config(pod, actions.attempt)
+        try:
+            sb_config = self.sandbox_config(pod, actions.attempt)
+        except (criconfig.ConfigError, TypeError, ValueError, AttributeError, KeyError) as e:
+            msg = f"Failed to generate sandbox config for pod {format_pod(pod)}: {e}"
+            self.recorder.event(pod, "Warning", "FailedCreatePodSandBox", msg)
+            result.error = msg
+            return result
         pod_ips = status.ips
         if actions.create_sandbox:
             try:
@@ -400,6 +413,11 @@ class RuntimeManager:
         pod_ips: list[str], status: t.RuntimePodStatus, kind: str,
     ) -> bool:
         name = container.get("name", "")
+        try:
+            criconfig.check_container_types(container, f"spec.{'initContainers' if kind == 'init' else 'containers'}"
+                                                       f"[{name}]")
+        except criconfig.ConfigError as e:
+            return self._config_error(pod, name, kind, str(e))
         img = await self.images.ensure_image_exists(pod, container, sb_config)
         if not img.ok:
             self._set_reason(pod, name, img.error, img.message)
@@ -417,10 +435,11 @@ class RuntimeManager:
                 node_allocatable=self.node_allocatable, lookup=self.lookup,
             )
         except criconfig.ConfigError as e:
-            self._set_reason(pod, name, "CreateContainerConfigError", str(e))
-            self.recorder.event(pod, "Warning", "Failed", f"Error: {e}")
-            metrics.STARTED_CONTAINERS_ERRORS.labels(kind, "CreateContainerConfigError").inc()
-            return False
+            return self._config_error(pod, name, kind, str(e))
+        except (TypeError, ValueError, AttributeError, KeyError) as e:
+            # a spec the API should have refused (wrong types deeper than check_container_types)
+            log.warning("pod %s container %s: cannot build its config: %r", format_pod(pod), name, e)
+            return self._config_error(pod, name, kind, f"invalid container spec: {e}")
         try:
             os.makedirs(os.path.join(sb_config.log_directory, name), exist_ok=True)
         except OSError:
