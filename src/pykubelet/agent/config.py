@@ -18,7 +18,8 @@ Upstream behaviour followed:
   50, serializeImagePulls true, runtimeRequestTimeout 2m, authentication webhook on / anonymous off,
   authorization mode Webhook, containerRuntimeEndpoint unix:///run/containerd/containerd.sock;
 - unknown fields are rejected (upstream decodes the file strictly), apiVersion/kind must match;
-- durations are Go duration strings ("1m30s", "500ms"); in Python they are float seconds;
+- durations are Go duration strings ("1m30s", "500ms"; ``common.durations``); in Python they are
+  float seconds;
 - flags override values from the file (upstream applies the command line after the file);
 - the node name is ``--hostname-override`` or the host name, lower-cased and trimmed
   (``nodeutil.GetHostname``);
@@ -39,6 +40,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pykubelet.common.durations import format_duration, parse_duration
 from pykubelet.common.quantity import QuantityError, parse_quantity
 
 API_VERSION = "kubelet.config.k8s.io/v1beta1"
@@ -61,60 +63,6 @@ EVICTION_SIGNALS = (
 
 class ConfigError(Exception):
     """Invalid configuration; the message names the flag or setting at fault."""
-
-
-# --------------------------------------------------------------------------- durations
-
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def parse_duration(value: str | float | int) -> float:
-    """Parse a Go duration ("1h2m3.5s", "300ms", "0") into float seconds.
-
-    Bare numbers are accepted as seconds for convenience in Python callers; strings must follow
-    Go's ``time.ParseDuration`` grammar (a bare "0" is the only unit-less string allowed).
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"invalid duration {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
-    s = value.strip()
-    sign = 1.0
-    if s[:1] in "+-" and s:
-        sign = -1.0 if s[0] == "-" else 1.0
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    if not s:
-        raise ValueError(f"invalid duration {value!r}")
-    pos = 0
-    total = 0.0
-    while pos < len(s):
-        m = _DURATION_PART.match(s, pos)
-        if not m:
-            raise ValueError(f"invalid duration {value!r} (expected e.g. '10s', '1m30s', '500ms')")
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        pos = m.end()
-    return sign * total
-
-
-def format_duration(seconds: float) -> str:
-    """Render float seconds as a Go-style duration string ("1m30s", "500ms")."""
-    if seconds == 0:
-        return "0s"
-    if abs(seconds) < 1:
-        ms = seconds * 1000
-        return f"{ms:g}ms"
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    out = ""
-    if h:
-        out += f"{int(h)}h"
-    if h or m:
-        out += f"{int(m)}m"
-    out += f"{s:g}s"
-    return out
 
 
 # --------------------------------------------------------------------------- the model

@@ -42,6 +42,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from pykubelet.agent.prober.results import Outcome
+from pykubelet.common.durations import format_duration
 from pykubelet.cri import CRIError
 
 log = logging.getLogger(__name__)
@@ -322,7 +323,7 @@ async def probe_grpc(host: str, port: int, service: str, timeout: float) -> tupl
                 await channel.channel_ready()
         except TimeoutError:
             return Outcome.FAILURE, (
-                f'timeout: failed to connect service "{addr}" within {_go_duration(timeout)}: context deadline exceeded'
+                f'timeout: failed to connect service "{addr}" within {format_duration(timeout)}: context deadline exceeded'
             )
         stub = health_pb2_grpc.HealthStub(channel)
         try:
@@ -339,7 +340,7 @@ async def probe_grpc(host: str, port: int, service: str, timeout: float) -> tupl
                     f"(grpc.health.v1.Health): {e.details()}"
                 )
             if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                return Outcome.FAILURE, f"timeout: health rpc did not complete within {_go_duration(timeout)}"
+                return Outcome.FAILURE, f"timeout: health rpc did not complete within {format_duration(timeout)}"
             return Outcome.FAILURE, f"error: health rpc probe failed: rpc error: code = {_go_code(e.code())} desc = {e.details()}"
     if resp.status != health_pb2.HealthCheckResponse.SERVING:
         return Outcome.FAILURE, f'service unhealthy (responded with "{_serving_status_name(resp.status)}")'
@@ -348,10 +349,6 @@ async def probe_grpc(host: str, port: int, service: str, timeout: float) -> tupl
 
 def _go_code(code: grpc.StatusCode) -> str:
     return "".join(part.capitalize() for part in code.name.split("_"))
-
-
-def _go_duration(seconds: float) -> str:
-    return f"{int(seconds)}s" if float(seconds).is_integer() else f"{seconds}s"
 
 
 # --------------------------------------------------------------------------------------------
