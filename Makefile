@@ -23,9 +23,12 @@ up: system-deps venv
 test: system-deps system-test-deps test-venv lint
 	$(PY) -m pytest $(ARGS)
 
+# ruff, mypy, and the import contracts in pyproject.toml [tool.importlinter] (which layer may import
+# which: shared code at the bottom, agent and server independent, the agent's own layers).
 lint: test-venv
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 bench: system-deps system-test-deps test-venv
 	APT_PKGS="$(APT_BENCH)" ./scripts/apt-ensure
