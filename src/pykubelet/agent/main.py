@@ -83,8 +83,12 @@ def _stopper(name: str, stop: Callable[[], Awaitable[None]], timeout: float = 10
     return run
 
 
-async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None) -> int:
+async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
+                    install_signals: bool = True) -> int:
     """Run the agent until ``stop`` is set (or a signal arrives); returns the exit code.
+
+    ``install_signals=False`` lets one process run several agents (hollow nodes) whose owner handles
+    SIGTERM/SIGINT itself and sets each ``stop``.
 
     Every part is registered on an ``AsyncExitStack`` right after it started, so it is stopped in
     reverse order of starting whatever happens (normal stop, a failed start, cancellation).
@@ -105,7 +109,8 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None) ->
                         observer=metrics.cri_observer)
     recorder = EventRecorder(api, component="kubelet", host=options.node_name)
     async with contextlib.AsyncExitStack() as stack:
-        _install_signal_handlers(stack, stop)
+        if install_signals:
+            _install_signal_handlers(stack, stop)
         if api is not None:
             stack.push_async_callback(_stopper("API client", api.close, 5.0))
         stack.push_async_callback(_stopper("CRI client", runtime.close, 5.0))
