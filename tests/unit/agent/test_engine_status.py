@@ -223,6 +223,32 @@ async def test_status_manager_skips_recreated_pod_and_deletes_terminated() -> No
     assert body["gracePeriodSeconds"] == 0 and body["preconditions"] == {"uid": "u1"}
 
 
+async def test_status_manager_never_reads_the_api_when_nothing_changed() -> None:
+    p = pod(["a"])
+    api = Api(p)
+    gets = 0
+    real_get = api.get
+
+    async def counting_get(path: str, params: Any = None) -> dict[str, Any]:
+        nonlocal gets
+        gets += 1
+        return await real_get(path, params)
+
+    api.get = counting_get  # type: ignore[method-assign]
+    sm = StatusManager(api, reconcile_period=0.05)
+    sm.start()
+    try:
+        sm.set_pod_status(p, generate_api_status(p, rt(c("a", "running"))))
+        async with asyncio.timeout(5):
+            while not api.patches:  # noqa: ASYNC110 - polling the API under test
+                await asyncio.sleep(0.01)
+        before = gets
+        await asyncio.sleep(0.5)  # ten reconcile periods
+        assert gets == before and len(api.patches) == 1
+    finally:
+        await sm.stop()
+
+
 async def test_status_manager_background_loop() -> None:
     p = pod(["a"])
     api = Api(p)
@@ -233,8 +259,9 @@ async def test_status_manager_background_loop() -> None:
         async with asyncio.timeout(5):
             while not api.patches:  # noqa: ASYNC110 - polling the runtime/API under test
                 await asyncio.sleep(0.01)
-        # someone else overwrote the status: periodic reconcile restores ours
+        # someone else overwrote the status and the pod watch shows it: ours is restored
         api.pod["status"] = {"phase": "Pending"}
+        sm.reconcile(copy.deepcopy(api.pod))
         async with asyncio.timeout(5):
             while api.pod["status"].get("phase") != "Running":  # noqa: ASYNC110 - polling the runtime/API under test
                 await asyncio.sleep(0.01)

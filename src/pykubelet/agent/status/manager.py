@@ -3,8 +3,10 @@
 - ``set_pod_status(pod, status)`` caches the generated status; the version counter of the pod goes
   up only when the status actually changed, so identical statuses cause no API traffic.
 - a background loop syncs pods whose cached version is newer than the last written one (woken at
-  once), and every ``reconcile_period`` re-checks all pods (``needs_reconcile``) like upstream's
-  periodic batch sync; ``reconcile(pod)`` (RECONCILE updates) flags a pod whose API status differs.
+  once). What the API holds is known from the agent's own pod watch — ``reconcile(pod)`` (RECONCILE
+  updates: only the API status changed, e.g. the node-lifecycle controller marked the pod not ready)
+  and the answer to each PATCH —, so the periodic check every ``reconcile_period`` is upstream's
+  ``needsReconcile``: a comparison in memory, never a GET of every pod.
 - writing: GET the pod, skip it if the uid changed (recreated pod) — for static pods the mirror pod
   is addressed by name and must carry our config hash —, merge in conditions owned by others, never
   move a terminal phase back, then PATCH ``pods/<name>/status`` (merge patch carrying
@@ -49,6 +51,23 @@ def status_equal(a: JSONObj, b: JSONObj) -> bool:
     return _normalize(a) == _normalize(b)
 
 
+def merge_status(ours: JSONObj, api_status: JSONObj) -> JSONObj:
+    """What the agent writes (upstream mergePodStatus): its own view, plus the conditions others own
+    (DisruptionTarget, readiness gates, ...), never a terminal phase moved back, and the fields the
+    kubelet does not set kept as the API has them."""
+    merged = copy.deepcopy(ours)
+    mine = {c.get("type") for c in merged.get("conditions") or []}
+    for c in api_status.get("conditions") or []:
+        if c.get("type") not in mine and c.get("type") not in KUBELET_CONDITIONS:
+            merged.setdefault("conditions", []).append(c)
+    if api_status.get("phase") in ("Succeeded", "Failed") and merged.get("phase") != api_status.get("phase"):
+        merged["phase"] = api_status["phase"]
+    for k in ("nominatedNodeName", "resize", "reason", "message"):
+        if k in api_status and k not in merged:
+            merged[k] = api_status[k]
+    return merged
+
+
 @dataclass
 class _Entry:
     namespace: str
@@ -62,6 +81,7 @@ class _Entry:
     terminated: bool = False
     deleted: bool = False
     deletion_requested: bool = False
+    api_status: JSONObj | None = None  # the status the API holds, as last seen (watch or PATCH answer)
 
 
 class StatusManager:
@@ -110,9 +130,16 @@ class StatusManager:
         """RECONCILE: the API status changed; rewrite ours if it differs."""
         uid = (pod.get("metadata") or {}).get("uid", "")
         e = self._entries.get(uid)
-        if e is not None and not status_equal(e.status, pod.get("status") or {}):
+        if e is None:
+            return
+        e.api_status = copy.deepcopy(pod.get("status") or {})
+        if self._needs_reconcile(e):
             e.synced = 0
             self._wake.set()
+
+    @staticmethod
+    def _needs_reconcile(e: _Entry) -> bool:
+        return e.api_status is not None and not status_equal(e.api_status, merge_status(e.status, e.api_status))
 
     def terminated(self, uid: str) -> None:
         e = self._entries.get(uid)
@@ -140,7 +167,8 @@ class StatusManager:
                     await self._wake.wait()
             except TimeoutError:
                 for e in self._entries.values():
-                    e.synced = 0  # periodic reconcile: re-read and compare every pod
+                    if self._needs_reconcile(e):  # in memory: no request unless something differs
+                        e.synced = 0
             self._wake.clear()
             await self.sync_all()
 
@@ -181,19 +209,12 @@ class StatusManager:
             self._entries.pop(e.uid, None)
             return
         api_status = pod.get("status") or {}
-        merged = copy.deepcopy(e.status)
-        ours = {c.get("type") for c in merged.get("conditions") or []}
-        for c in api_status.get("conditions") or []:
-            if c.get("type") not in ours and c.get("type") not in KUBELET_CONDITIONS:
-                merged.setdefault("conditions", []).append(c)
-        if api_status.get("phase") in ("Succeeded", "Failed") and merged.get("phase") != api_status.get("phase"):
-            merged["phase"] = api_status["phase"]
-        for k in ("nominatedNodeName", "resize", "reason", "message"):
-            if k in api_status and k not in merged:
-                merged[k] = api_status[k]
+        merged = merge_status(e.status, api_status)
+        e.api_status = api_status
         if not status_equal(api_status, merged):
-            await self.api.patch(f"{path}/status", {"metadata": {"uid": md.get("uid")}, "status": merged},
-                                 patch_type="merge")
+            patched = await self.api.patch(f"{path}/status", {"metadata": {"uid": md.get("uid")}, "status": merged},
+                                           patch_type="merge")
+            e.api_status = patched.get("status") or merged
             self.patches += 1
         e.synced = max(e.synced, version)
         if e.terminated and md.get("deletionTimestamp") and not e.static and not e.deletion_requested:
