@@ -17,6 +17,12 @@ removes exactly those that belong to this instance -- shims are found by the ``-
 socket, portmap rules by *our* CNI network name or pod CIDR, cgroups under *our* cgroup parent -- so
 concurrent stacks (parallel test sessions) are left alone, and running it twice is harmless.
 Processes are always ended by PID.
+
+A containerd that dies (crash, OOM kill, ``kill -9``) is restarted by `up`'s supervisor through
+:meth:`PrivateContainerd.supervised_spec`: the same config, root and state, so -- as with
+``Restart=always`` in upstream's containerd.service -- the new containerd reconnects to the running
+shims and the CRI plugin restores its pods and containers; nothing is cleaned up in between, so
+no container is restarted. Cleanup only ever runs before the first start and after the last stop.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pykubelet.up.images import PAUSE_IMAGE
+from pykubelet.up.supervisor import ComponentSpec
 
 Log = Callable[[str], None]
 
@@ -464,17 +471,13 @@ class PrivateContainerd:
             await self._terminate_pid(stale)
         self._record_ip_forward()
         self.write_config()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.address)
         self.log(f"starting containerd (socket {self.address}, log {self.log_path})")
-        # A plain Popen (not an asyncio subprocess) so the handle is not tied to one event loop:
-        # test fixtures start and stop the stack from different loops.
-        proc = self._proc = self._spawn()
+        proc = self.respawn()
         deadline = time.monotonic() + ready_within
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"containerd exited with {proc.returncode}; see {self.log_path}")
-            if self._socket_exists() and await self._cri_ready():
+            if await self.ready():
                 break
             if time.monotonic() > deadline:
                 await self.stop()
@@ -484,6 +487,40 @@ class PrivateContainerd:
 
     def _socket_exists(self) -> bool:
         return os.path.exists(self.address)
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The containerd child this object started (None before start / after stop)."""
+        return self._proc
+
+    def respawn(self) -> subprocess.Popen[bytes]:
+        """Start containerd on the existing config and state (first start and restarts alike).
+
+        A containerd killed with SIGKILL leaves its socket file behind; it is removed first so
+        readiness is judged on the new process. A plain Popen (not an asyncio subprocess) so the
+        handle is not tied to one event loop: test fixtures start and stop the stack from
+        different loops.
+        """
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.address)
+        self._proc = self._spawn()
+        return self._proc
+
+    async def ready(self) -> bool:
+        """Does the CRI service of this containerd answer?"""
+        return self._socket_exists() and await self._cri_ready()
+
+    def supervised_spec(self, *, ready_timeout: float = 30.0) -> ComponentSpec:
+        """How `up`'s supervisor keeps this containerd running (adopt ``process`` after start())."""
+        return ComponentSpec(
+            "containerd",
+            [self.containerd_bin, "--config", str(self.config_path)],
+            log_path=self.log_path,
+            ready=self.ready,
+            ready_timeout=ready_timeout,
+            stop_grace=10.0,
+            spawn=self.respawn,
+        )
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         with self.log_path.open("ab") as logf:

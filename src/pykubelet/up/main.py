@@ -233,13 +233,17 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
             ComponentSpec("server", server_argv(args, data_dir), log_path=logs / "server.log", ready=server_ready),
             ComponentSpec("agent", agent_argv(args, data_dir, node_name, endpoint), log_path=logs / "agent.log"),
         ]
+        if cd is not None and cd.process is not None:  # restarted like the others if it dies
+            specs.insert(0, cd.supervised_spec())
         sup = Supervisor(specs, log=_progress)
+        if cd is not None and cd.process is not None:
+            sup["containerd"].adopt(cd.process)
         _progress(f"starting the control plane on {url} (log {logs / 'server.log'})")
-        await sup.components[0].start()
+        await sup["server"].start()
         if not args.agent_command:
             await asyncio.to_thread(ensure_node_kubeconfig, data_dir, node_name, url)
         _progress(f"starting the agent for node {node_name} (log {logs / 'agent.log'})")
-        await sup.components[1].start()
+        await sup["agent"].start()
         _progress("cluster is up; Ctrl-C to stop")
         print(f"export KUBECONFIG={admin}", flush=True)
         await stop.wait()
@@ -266,7 +270,7 @@ async def _shutdown(sup: Supervisor | None, cd: PrivateContainerd | None, rc: in
         with contextlib.suppress(Exception):
             await cd.stop_all_sandboxes()
     if sup is not None:
-        await sup.stop()
+        await sup.stop()  # server, then the supervised containerd
     if cd is not None:
         await cd.stop()
         problems = await asyncio.to_thread(cd.cleanup)

@@ -6,10 +6,18 @@ kubelet and the API server are separate daemons. The supervisor plays the part s
 
 * starts components in order, optionally waiting for a readiness probe (the server's kubeconfig and
   port) before the next starts;
-* when a child dies unexpectedly it reports the exit code with the tail of its log and restarts it
-  after an exponential back-off (1 s doubling to 30 s, reset once a run has lasted 60 s -- the same
-  shape as a CrashLoopBackOff), so a crash never silently takes the cluster down;
-* stops in reverse order (agent before server) with SIGTERM by PID, then SIGKILL after a grace period.
+* when a child dies unexpectedly it reports the exit code (or the signal that killed it) with the
+  tail of its log and restarts it after an exponential back-off (1 s doubling to 30 s, reset once a
+  run has lasted 60 s -- the same shape as a CrashLoopBackOff, and what ``Restart=always`` does for
+  containerd.service/kubelet.service on a real node), so a crash never silently takes the cluster
+  down; after a restart it waits for the readiness probe again and says when the child is ready;
+* stops in reverse order (agent before server before containerd) with SIGTERM by PID, then SIGKILL
+  after a grace period.
+
+A component whose process is not a plain command line (the private containerd: its config, socket
+and pid file are prepared by :class:`~pykubelet.up.containerd.PrivateContainerd`) gives a ``spawn``
+callable instead, and one that was started before the supervisor existed is handed over with
+:meth:`Component.adopt`, so every restart goes through the same code and log lines.
 
 Children get their own session (``start_new_session``) so a terminal Ctrl-C reaches only `up`, which
 then stops them in the right order. Command lines are plain argv lists, so tests can inject dummy
@@ -30,6 +38,7 @@ from pathlib import Path
 
 Log = Callable[[str], None]
 ReadyProbe = Callable[[], Awaitable[bool]]
+Spawner = Callable[[], "subprocess.Popen[bytes]"]
 
 
 @dataclasses.dataclass
@@ -60,6 +69,8 @@ class ComponentSpec:
     ready: ReadyProbe | None = None
     ready_timeout: float = 60.0
     stop_grace: float = 15.0
+    # Starts the process itself (argv/env/log_path are then only used for messages and log tails).
+    spawn: Spawner | None = None
 
 
 class ComponentFailed(RuntimeError):
@@ -77,6 +88,16 @@ def _tail(path: Path | None, lines: int = 15) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+def describe_exit(rc: int) -> str:
+    """"exited with code 3" / "was killed by SIGKILL" (Popen reports a signal as -signum)."""
+    if rc < 0:
+        try:
+            return f"was killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"was killed by signal {-rc}"
+    return f"exited with code {rc}"
 
 
 class Component:
@@ -99,6 +120,11 @@ class Component:
 
     def _spawn(self) -> None:
         spec = self.spec
+        if spec.spawn is not None:
+            self.proc = spec.spawn()
+            self.started_at = time.monotonic()
+            self._exited.clear()
+            return
         out: int | None = None
         logf = None
         if spec.log_path is not None:
@@ -151,6 +177,34 @@ class Component:
             self.log(f"{self.spec.name} is ready")
         self._task = asyncio.create_task(self._monitor(), name=f"supervise-{self.spec.name}")
 
+    def adopt(self, proc: subprocess.Popen[bytes]) -> None:
+        """Supervise a child that was started (and found ready) before the supervisor existed."""
+        self.proc = proc
+        self.started_at = time.monotonic()
+        self._exited.clear()
+        if self._task is None:
+            self._task = asyncio.create_task(self._monitor(), name=f"supervise-{self.spec.name}")
+
+    async def _wait_ready_again(self) -> None:
+        """After a restart: log when the readiness probe passes (or why it did not)."""
+        spec = self.spec
+        if spec.ready is None:
+            return
+        deadline = time.monotonic() + spec.ready_timeout
+        while not self.stopping:
+            if self.proc is None or self.proc.poll() is not None:
+                return  # _monitor reports the exit and restarts it again
+            try:
+                if await spec.ready():
+                    self.log(f"{spec.name} is ready again (restart #{self.restarts})")
+                    return
+            except Exception as e:  # a probe bug must not stop supervision
+                self.log(f"{spec.name} readiness probe failed: {e}")
+            if time.monotonic() > deadline:
+                self.log(f"{spec.name} not ready {spec.ready_timeout:.0f}s after restart #{self.restarts}")
+                return
+            await asyncio.sleep(0.1)
+
     async def _monitor(self) -> None:
         while True:
             rc = await self._wait_exit()
@@ -162,15 +216,22 @@ class Component:
             tail = _tail(self.spec.log_path)
             where = f" (log {self.spec.log_path})" if self.spec.log_path else ""
             self.log(
-                f"{self.spec.name} exited with code {rc} after {ran:.1f}s{where}; restarting in {delay:.0f}s"
+                f"{self.spec.name} {describe_exit(rc)} after {ran:.1f}s{where}; restarting in {delay:g}s"
                 + (f"\n{tail}" if tail else "")
             )
-            await asyncio.sleep(delay)
-            if self.stopping:
-                return
-            self._spawn()
-            self.restarts += 1
+            while True:
+                await asyncio.sleep(delay)
+                if self.stopping:
+                    return
+                self.restarts += 1
+                try:
+                    self._spawn()
+                    break
+                except OSError as e:  # e.g. the binary vanished: keep trying with back-off
+                    delay = self.backoff.next_delay(0.0)
+                    self.log(f"restarting {self.spec.name} failed: {e}; retrying in {delay:g}s")
             self.log(f"restarted {self.spec.name} (pid {self.pid}, restart #{self.restarts})")
+            await self._wait_ready_again()
 
     async def stop(self) -> int | None:
         """SIGTERM the child by PID, SIGKILL after the grace period. Returns its exit code."""

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from pykubelet.up.supervisor import Backoff, ComponentFailed, ComponentSpec, Supervisor
+from pykubelet.up.supervisor import Backoff, ComponentFailed, ComponentSpec, Supervisor, describe_exit
 
 
 def test_backoff_doubles_caps_and_resets_after_a_stable_run() -> None:
@@ -33,6 +36,12 @@ async def _until(pred: Callable[[], bool], seconds: float = 20) -> None:
 
 def _runs(path: Path) -> int:
     return path.read_text().count("run") if path.exists() else 0
+
+
+def _exited_child() -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc
 
 
 def _gone(pid: int) -> bool:
@@ -104,3 +113,57 @@ async def test_readiness_failure_is_an_error_and_nothing_keeps_running(tmp_path:
     with pytest.raises(ComponentFailed, match="bad flag"):
         await sup.start()
     assert all(c.pid is None for c in sup.components)
+
+
+def test_exit_reports_name_the_signal_that_killed_the_child() -> None:
+    assert describe_exit(3) == "exited with code 3"
+    assert describe_exit(-9) == "was killed by SIGKILL"
+    assert describe_exit(0) == "exited with code 0"
+
+
+async def test_an_adopted_child_killed_with_sigkill_is_restarted_through_its_spawner(tmp_path: Path) -> None:
+    """What `up` does for containerd: started before the supervisor, restarted by its own spawner."""
+    spawned: list[subprocess.Popen[bytes]] = []
+
+    def spawn() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+        spawned.append(proc)
+        return proc
+
+    async def ready() -> bool:
+        return len(spawned) >= 2
+
+    messages: list[str] = []
+    sup = Supervisor([ComponentSpec("containerd", ["sleep"], spawn=spawn, ready=ready)],
+                     log=messages.append, backoff_factory=_fast)
+    first = spawn()
+    sup["containerd"].adopt(first)
+    try:
+        os.kill(first.pid, signal.SIGKILL)
+        await _until(lambda: any("is ready again" in m for m in messages))
+        assert sup["containerd"].pid == spawned[1].pid
+    finally:
+        await sup.stop()
+    assert sup["containerd"].restarts == 1
+    assert any("containerd was killed by SIGKILL" in m and "restarting in" in m for m in messages)
+    assert all(_gone(p.pid) for p in spawned)
+
+
+async def test_a_failing_spawner_is_retried_with_back_off(tmp_path: Path) -> None:
+    attempts: list[int] = []
+
+    def spawn() -> subprocess.Popen[bytes]:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise FileNotFoundError("containerd: not found")
+        return subprocess.Popen(["sleep", "30"], start_new_session=True)
+
+    messages: list[str] = []
+    sup = Supervisor([ComponentSpec("containerd", ["containerd"], spawn=spawn)],
+                     log=messages.append, backoff_factory=_fast)
+    sup["containerd"].adopt(_exited_child())
+    try:
+        await _until(lambda: sup["containerd"].pid is not None and len(attempts) == 3)
+    finally:
+        await sup.stop()
+    assert sum("restarting containerd failed" in m for m in messages) == 2
