@@ -9,7 +9,12 @@ lease — exactly like upstream ``pkg/kubelet/nodelease`` + ``component-helpers/
 
 On failures the controller retries with exponential backoff from 200 ms up to the renew interval
 (upstream: 200 ms doubling to 7 s) and never raises out of the loop: the node lifecycle controller
-is what should notice a dead kubelet, not a crashed agent.
+is what should notice a dead kubelet, not a crashed agent. After any failed call the stored Lease
+is dropped and re-read (a timed-out PUT may have been applied, so its resourceVersion is stale).
+Every call carries a request timeout (upstream's heartbeat client timeout), so an API server that
+accepts connections but does not answer (paused, overloaded) turns into a retry, not a hang. The
+first renewal that succeeds after failures calls ``on_recovered`` -- the node status manager uses
+it to send the full node status at once, so the node's Lease and its status recover together.
 """
 
 from __future__ import annotations
@@ -71,39 +76,47 @@ class LeaseController:
         renew_interval: float | None = None,
         node_uid: Callable[[], str | None] = lambda: None,
         clock: Callable[[], float] = time.time,
+        request_timeout: float | None = 10.0,
+        on_recovered: Callable[[], None] | None = None,
     ) -> None:
         self.api = api
         self.node_name = node_name
         self.duration_seconds = duration_seconds
         self.renew_interval = renew_interval if renew_interval is not None else duration_seconds * 0.25
+        self.request_timeout = request_timeout
+        self.on_recovered = on_recovered
         self._node_uid = node_uid
         self._clock = clock
         self._lease: Obj | None = None
         self._task: asyncio.Task[None] | None = None
         self.renewals = 0
+        self.failures = 0  # consecutive failed renewals
 
     @property
     def lease(self) -> Obj | None:
         return self._lease
+
+    async def _call(self, method: str, path: str, body: Obj | None = None) -> Obj:
+        return await self.api.request(method, path, body=body, timeout=self.request_timeout)
 
     async def renew_once(self) -> Obj:
         """Create or update the lease once; raises ApiError on failure."""
         now = self._clock()
         if self._lease is None:
             try:
-                self._lease = await self.api.get(lease_path(self.node_name))
+                self._lease = await self._call("GET", lease_path(self.node_name))
             except ApiError as e:
                 if e.status != 404:
                     raise
                 body = build_lease(self.node_name, self.duration_seconds, now, self._node_uid())
-                self._lease = await self.api.create(lease_path(), body)
+                self._lease = await self._call("POST", lease_path(), body)
                 self.renewals += 1
                 return self._lease
         body = build_lease(self.node_name, self.duration_seconds, now, self._node_uid(), self._lease)
         try:
-            self._lease = await self.api.replace(lease_path(self.node_name), body)
+            self._lease = await self._call("PUT", lease_path(self.node_name), body)
         except ApiError as e:
-            self._lease = None  # re-read next time (409 Conflict, 404 deleted, ...)
+            self._lease = None  # re-read next time (409 Conflict, 404 deleted, timeout, ...)
             if e.status == 404:
                 return await self.renew_once()
             raise
@@ -115,15 +128,24 @@ class LeaseController:
         while True:
             try:
                 await self.renew_once()
-                backoff = 0.2
-                await asyncio.sleep(self.renew_interval)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # never let the heartbeat die
+                self._lease = None
+                self.failures += 1
                 log.warning("failed to renew lease %s/%s: %s (retrying in %.1fs)",
                             LEASE_NAMESPACE, self.node_name, e, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, max(self.renew_interval, 0.2), 7.0)
+                continue
+            backoff = 0.2
+            if self.failures:
+                log.info("lease %s/%s renewed again after %d failed attempt(s)",
+                         LEASE_NAMESPACE, self.node_name, self.failures)
+                self.failures = 0
+                if self.on_recovered is not None:
+                    self.on_recovered()
+            await asyncio.sleep(self.renew_interval)
 
     def start(self) -> None:
         if self._task is None:

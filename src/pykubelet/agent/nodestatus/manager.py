@@ -7,10 +7,20 @@ Design: ``NodeStatusManager`` owns the Node object's lifecycle on behalf of the 
    ``registerWithAPIServer``).  409 AlreadyExists means this node was registered before (agent
    restart): GET it and PATCH only what ``setters.reconcile_existing_node`` says must change.
 2. ``run()`` — every ``nodeStatusUpdateFrequency`` (10 s) compute the full status from the machine,
-   the CRI runtime (Status, Version, ListImages) and the engine's health, and PATCH
-   ``nodes/<name>/status`` when it differs from what was last reported, or when
-   ``nodeStatusReportFrequency`` (5 min) has elapsed — the Lease (``lease.py``) is the frequent
-   heartbeat, node status is only refreshed on change, like upstream with NodeLease.
+   the CRI runtime (Status, Version, ListImages) and the engine's health, GET the Node as stored
+   on the server and PATCH ``nodes/<name>/status`` when the computed status differs from the
+   *server's* (not from what this process last sent), or when ``nodeStatusReportFrequency`` (5 min)
+   has elapsed — the Lease (``lease.py``) is the frequent heartbeat, node status is only refreshed
+   on change, like upstream with NodeLease (``tryUpdateNodeStatus`` GETs the node every time).
+   Comparing with the server matters after faults: when the API server was unreachable (or
+   paused) for longer than the node-monitor grace period, the node lifecycle controller has set
+   Ready=Unknown and tainted the node meanwhile; the kubelet's own view never changed, so a
+   comparison with the last *sent* status would wait for the 5-minute report tick. A Lease renewal
+   that succeeds after failures also triggers an immediate status update, so Lease and status
+   recover together, within one update period of the API server's return.
+   Heartbeat requests (node GET/PATCH and the Lease) carry a timeout of
+   min(nodeStatusUpdateFrequency, nodeLeaseDurationSeconds) like upstream's heartbeat client,
+   floored at 5 s so a loaded machine does not turn slow answers into failures.
    MemoryPressure / DiskPressure / PIDPressure come from the eviction signals observed each
    update (``pressure.py``) against ``evictionHard``.
 3. Node events on condition transitions: NodeHasSufficientMemory/…/NodeReady/NodeNotReady, and
@@ -24,6 +34,7 @@ on the next tick; nothing here raises into the agent's main loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -41,6 +52,19 @@ from .machine import HostPaths, MachineInfo, discover_node_ip, filesystem_capaci
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+MIN_HEARTBEAT_TIMEOUT = 5.0
+
+
+def heartbeat_timeout(update_frequency: float, lease_duration_seconds: float) -> float:
+    """Per-request timeout of heartbeat calls (upstream: min(update frequency, lease duration))."""
+    return max(min(update_frequency, lease_duration_seconds), MIN_HEARTBEAT_TIMEOUT)
+
+
+def server_view(server_status: Obj, status: Obj) -> Obj:
+    """The server's node status restricted to the fields the kubelet sets (others are not ours)."""
+    return {k: server_status.get(k) for k in status}
 
 
 class _Health(Protocol):
@@ -153,15 +177,19 @@ class NodeStatusManager:
         self._machine: MachineInfo | None = None
         self._node_ip: str | None = options.node_ip
         self._runtime_version: str = ""
-        self._last_reported: Obj | None = None
         self._last_report_time = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()
+        cfg = options.config
+        self.request_timeout = heartbeat_timeout(cfg.node_status_update_frequency, cfg.node_lease_duration_seconds)
         self.lease = LeaseController(
             api,
             self.node_name,
-            duration_seconds=options.config.node_lease_duration_seconds,
+            duration_seconds=cfg.node_lease_duration_seconds,
             node_uid=self.node_uid,
             clock=clock,
+            request_timeout=self.request_timeout,
+            on_recovered=self.kick,
         )
 
     # ------------------------------------------------------------------ helpers
@@ -293,18 +321,48 @@ class NodeStatusManager:
             pressure_capacity=sig_cap,
         )
 
+    def kick(self) -> None:
+        """Run a status update now (e.g. the Lease just recovered after failures)."""
+        self._kick.set()
+
+    async def read_node(self) -> Obj | None:
+        """GET the Node as stored on the server; None when that failed (re-registers on 404)."""
+        try:
+            node = await self.api.request(
+                "GET", f"/api/v1/nodes/{self.node_name}", timeout=self.request_timeout
+            )
+        except ApiError as e:
+            log.warning("error getting node %s: %s", self.node_name, e)
+            if e.status == 404:  # the Node was deleted: register again (upstream re-registers)
+                self.registered.clear()
+                await self.register()
+            return None
+        self.node = node
+        return node
+
     async def sync_once(self, *, force: bool = False) -> bool:
-        """Compute status; PATCH it if changed or the report period passed. Returns True if sent."""
-        now = self.clock()
+        """Compute status; PATCH it if it differs from the server's or the report period passed.
+
+        Returns True if a status was sent.
+        """
         inputs = await self.collect()
-        prev = list(((self.node or {}).get("status") or {}).get("conditions") or [])
+        node = await self.read_node()
+        if node is None:
+            return False
+        now = self.clock()
+        server_status = node.get("status") or {}
+        prev = list(server_status.get("conditions") or [])
         status, changed = build_status(self.options, inputs, prev, now)
         due = now - self._last_report_time >= self.options.config.node_status_report_frequency
-        if not force and not due and not setters.status_changed(self._last_reported, status):
+        if not force and not due and not setters.status_changed(server_view(server_status, status), status):
             return False
         try:
-            self.node = await self.api.patch(
-                f"/api/v1/nodes/{self.node_name}/status", {"status": status}, patch_type="merge"
+            self.node = await self.api.request(
+                "PATCH",
+                f"/api/v1/nodes/{self.node_name}/status",
+                body={"status": status},
+                content_type=MERGE_PATCH,
+                timeout=self.request_timeout,
             )
         except ApiError as e:
             log.warning("error updating node status for %s: %s", self.node_name, e)
@@ -312,7 +370,6 @@ class NodeStatusManager:
                 self.registered.clear()
                 await self.register()
             return False
-        self._last_reported = status
         self._last_report_time = now
         for cond in changed:
             ev = setters.condition_event(cond)
@@ -324,13 +381,15 @@ class NodeStatusManager:
         await self.register()
         self.lease.start()
         while True:
+            self._kick.clear()
             try:
                 await self.sync_once()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("node status update failed")
-            await asyncio.sleep(self.options.config.node_status_update_frequency)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), self.options.config.node_status_update_frequency)
 
     async def start(self) -> None:
         """Record Starting and run registration + status + lease in the background."""
