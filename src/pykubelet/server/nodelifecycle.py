@@ -12,7 +12,21 @@ Upstream behaviour followed (pkg/controller/nodelifecycle, pkg/controller/tainte
 - a node not heard from within the grace period (40 s) gets Ready, MemoryPressure, DiskPressure
   and PIDPressure set to Unknown with reason NodeStatusUnknown, "Kubelet stopped posting node
   status." (NodeStatusNeverUpdated / "Kubelet never posted node status." for conditions the
-  kubelet never reported), and its pods' Ready condition set to False (MarkPodsNotReady);
+  kubelet never reported);
+- MarkPodsNotReady: when a node's Ready leaves True, each of its pods gets its Ready condition set
+  to False (other fields of the condition kept, lastTransitionTime now) and a Warning event
+  NodeNotReady "Node is not ready"; a failed update is retried on the next pass, and a pod that
+  shows up on (is assigned to, or is listed on) a node that is not Ready is marked too, like
+  upstream's processPod.  Upstream's monitorNodeHealth only sees its *own* True -> Unknown
+  transition; here a Ready=False posted by the kubelet counts as well -- a kubelet whose container
+  runtime is down reports NotReady but cannot vouch for its pods, and users read Ready=True on the
+  pods of a NotReady node as a lie.  Once the node is Ready again the kubelet's status manager
+  writes the pods' real readiness back (it reconciles statuses that differ from its own);
+- a controller that did not run for a while (its process was paused -- SIGSTOP, a VM freeze -- or
+  starved) cannot tell a silent kubelet from its own absence: the heartbeats queued meanwhile are
+  still in flight.  When a pass starts more than ``stall_threshold`` after the previous one, every
+  node gets a fresh grace period, as when the controller starts (upstream resets probe
+  timestamps the same way when it leaves full-disruption mode);
 - taints follow conditions (TaintNodesByCondition + taint-based eviction): Ready=False ->
   node.kubernetes.io/not-ready NoSchedule+NoExecute, Ready=Unknown/absent ->
   node.kubernetes.io/unreachable NoSchedule+NoExecute (NoExecute carries timeAdded), pressure
@@ -31,10 +45,13 @@ import contextlib
 import copy
 import json
 import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
+
+from pykubelet.common.apiclient import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +75,7 @@ MANAGED_TAINT_KEYS = {
 }
 WATCHED_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
 LEASE_NAMESPACE = "kube-node-lease"
+CONTROLLER_NAME = "node-controller"
 
 
 def fmt_time(t: datetime) -> str:
@@ -121,6 +139,11 @@ class HealthTracker:
 
     def forget(self, name: str) -> None:
         self._seen.pop(name, None)
+
+    def refresh_all(self, now: datetime) -> None:
+        """A fresh grace period for every node (the observer itself was away)."""
+        for name, (signature, _) in list(self._seen.items()):
+            self._seen[name] = (signature, now)
 
     def is_stale(self, name: str, now: datetime) -> bool:
         prev = self._seen.get(name)
@@ -223,13 +246,28 @@ def eviction_time(pod: Obj, taints: list[Obj], now: datetime) -> datetime | None
 
 
 def pod_ready_false_patch(pod: Obj, now: datetime) -> Obj | None:
-    """Strategic-merge patch marking the pod not Ready (MarkPodsNotReady), or None."""
+    """Strategic-merge patch marking the pod not Ready (MarkPodsNotReady), or None.
+
+    Like upstream only a pod that has a Ready condition which is not False yet is touched; the
+    condition's reason and message stay (the merge key is ``type``)."""
     for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
+        if isinstance(c, dict) and c.get("type") == "Ready":
             if c.get("status") == "False":
                 return None
             return {"status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": fmt_time(now)}]}}
     return None
+
+
+def node_ready_left_true(previous: str | None, current: str | None, retry: bool) -> bool:
+    """Should the pods of a node be marked not Ready in this pass (MarkPodsNotReady trigger)?"""
+    if current == "True" or current is None:
+        return False
+    return previous == "True" or retry
+
+
+def stall_threshold(monitor_period: float, grace_period: float) -> float:
+    """A gap between passes longer than this means the controller itself was not running."""
+    return monitor_period + grace_period / 2
 
 
 # --- I/O ------------------------------------------------------------------------------------
@@ -237,6 +275,7 @@ def pod_ready_false_patch(pod: Obj, now: datetime) -> Obj | None:
 
 class LifecycleApi(Protocol):
     async def list(self, path: str, params: Any = None) -> Obj: ...
+    async def create(self, path: str, body: Obj, params: Any = None) -> Obj: ...
     async def patch(self, path: str, body: Any, patch_type: str = "merge", params: Any = None) -> Obj: ...
     async def delete(self, path: str, body: Obj | None = None, params: Any = None) -> Obj: ...
     def watch(self, path: str, *, resource_version: str | None = None, params: Any = None,
@@ -265,11 +304,16 @@ class NodeLifecycleController:
         self.monitor_period = monitor_period
         self.clock = clock
         self.health = HealthTracker(grace_period)
+        self.stall_threshold = stall_threshold(monitor_period, grace_period)
         self.nodes: dict[str, Obj] = {}
         self.leases: dict[str, Obj] = {}
         self.pods: dict[str, Obj] = {}
         self._evicting: set[str] = set()
         self._synced: set[str] = set()
+        self._last_pass: datetime | None = None
+        self._ready_seen: dict[str, str | None] = {}  # node -> Ready status at the previous pass
+        self._mark_retry: set[str] = set()  # nodes whose pods could not all be marked not Ready
+        self._assigned: set[str] = set()  # pods newly seen on a node (upstream podUpdated queue)
 
     # cache handlers ----------------------------------------------------------------------------
 
@@ -281,6 +325,8 @@ class NodeLifecycleController:
         if etype == "DELETED":
             self.nodes.pop(name, None)
             self.health.forget(name)
+            self._ready_seen.pop(name, None)
+            self._mark_retry.discard(name)
             return
         self.nodes[name] = node
         self._observe(name)
@@ -300,7 +346,12 @@ class NodeLifecycleController:
         if etype == "DELETED":
             self.pods.pop(key, None)
             self._evicting.discard(key)
+            self._assigned.discard(key)
         else:
+            node_name = _spec(pod).get("nodeName")
+            old = self.pods.get(key)
+            if node_name and (old is None or _spec(old).get("nodeName") != node_name):
+                self._assigned.add(key)
             self.pods[key] = pod
 
     # one monitoring pass -----------------------------------------------------------------------
@@ -308,12 +359,23 @@ class NodeLifecycleController:
     async def reconcile(self) -> None:
         """One pass over all nodes (upstream monitorNodeHealth + taint eviction)."""
         now = self.clock()
+        if self._last_pass is not None:
+            gap = (now - self._last_pass).total_seconds()
+            if gap > self.stall_threshold:
+                log.warning(
+                    "node lifecycle controller did not run for %.0fs (paused or starved); "
+                    "giving every node a fresh grace period", gap,
+                )
+                self.health.refresh_all(now)
+        self._last_pass = now
         for name, node in list(self.nodes.items()):
             try:
                 node = await self._reconcile_node(name, node, now)
+                await self._mark_pods_not_ready(name, node, now)
                 await self._evict(name, node, now)
             except Exception:
                 log.exception("node lifecycle for %s failed", name)
+        await self._process_assigned(now)
 
     async def _reconcile_node(self, name: str, node: Obj, now: datetime) -> Obj:
         if self.health.is_stale(name, now):
@@ -324,20 +386,93 @@ class NodeLifecycleController:
                     f"/api/v1/nodes/{name}/status", {"status": {"conditions": conds}}, "merge"
                 )
                 self.nodes[name] = node
-                for key, pod in list(self.pods.items()):
-                    if _spec(pod).get("nodeName") == name:
-                        patch = pod_ready_false_patch(pod, now)
-                        if patch is not None:
-                            ns, pname = key.split("/", 1)
-                            with contextlib.suppress(Exception):
-                                await self.api.patch(
-                                    f"/api/v1/namespaces/{ns}/pods/{pname}/status", patch, "strategic"
-                                )
         taints = desired_taints(node, now)
         if taints != (_spec(node).get("taints") or []):
             node = await self.api.patch(f"/api/v1/nodes/{name}", {"spec": {"taints": taints or None}}, "merge")
             self.nodes[name] = node
         return node
+
+    async def _mark_pod_not_ready(self, key: str, pod: Obj, now: datetime) -> bool:
+        """MarkPodsNotReady for one pod; False if the update failed (to be retried)."""
+        patch = pod_ready_false_patch(pod, now)
+        if patch is None:
+            return True
+        ns, pname = key.split("/", 1)
+        try:
+            updated = await self.api.patch(f"/api/v1/namespaces/{ns}/pods/{pname}/status", patch, "strategic")
+        except ApiError as e:
+            if e.status == 404:  # already gone: nothing left to do
+                return True
+            log.info("marking pod %s not ready failed: %s", key, e)
+            return False
+        if key in self.pods:
+            self.pods[key] = updated
+        await self._pod_event(updated, "Warning", "NodeNotReady", "Node is not ready")
+        return True
+
+    async def _mark_pods_not_ready(self, name: str, node: Obj, now: datetime) -> None:
+        ready = condition_status(node, "Ready")
+        previous = self._ready_seen.get(name)
+        self._ready_seen[name] = ready
+        if not node_ready_left_true(previous, ready, name in self._mark_retry):
+            if ready == "True":
+                self._mark_retry.discard(name)
+            return
+        log.info("node %s is not ready (Ready=%s); marking its pods not ready", name, ready)
+        ok = True
+        for key, pod in list(self.pods.items()):
+            if _spec(pod).get("nodeName") == name:
+                ok = await self._mark_pod_not_ready(key, pod, now) and ok
+        if ok:
+            self._mark_retry.discard(name)
+        else:
+            self._mark_retry.add(name)
+
+    async def _process_assigned(self, now: datetime) -> None:
+        """Pods newly seen on a node that is not Ready are marked not Ready (upstream processPod)."""
+        for key in list(self._assigned):
+            pod = self.pods.get(key)
+            if pod is None:
+                self._assigned.discard(key)
+                continue
+            node = self.nodes.get(str(_spec(pod).get("nodeName")))
+            if node is None:  # node not known (yet): nothing to decide
+                self._assigned.discard(key)
+                continue
+            if condition_status(node, "Ready") in ("False", "Unknown"):
+                if not await self._mark_pod_not_ready(key, pod, now):
+                    continue  # retried next pass
+            self._assigned.discard(key)
+
+    async def _pod_event(self, pod: Obj, etype: str, reason: str, message: str) -> None:
+        """Best-effort event on a pod (upstream's recorder never fails the caller)."""
+        meta = _meta(pod)
+        ns = str(meta.get("namespace") or "default")
+        ts = fmt_time(self.clock())
+        body: Obj = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta.get('name', '')}.{secrets.token_hex(8)}", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": ns,
+                "name": meta.get("name", ""),
+                "uid": meta.get("uid", ""),
+            },
+            "reason": reason,
+            "message": message,
+            "type": etype,
+            "source": {"component": CONTROLLER_NAME},
+            "reportingComponent": CONTROLLER_NAME,
+            "firstTimestamp": ts,
+            "lastTimestamp": ts,
+            "count": 1,
+        }
+        try:
+            await self.api.create(f"/api/v1/namespaces/{ns}/events", body)
+        except Exception as e:
+            log.debug("event %s for %s/%s not recorded: %s", reason, ns, meta.get("name"), e)
 
     async def _evict(self, name: str, node: Obj, now: datetime) -> None:
         taints = [t for t in _spec(node).get("taints") or [] if isinstance(t, dict)]

@@ -3,12 +3,15 @@ import pathlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pykubelet.common.apiclient import ApiError
 from pykubelet.server.nodelifecycle import (
     HealthTracker,
     NodeLifecycleController,
+    condition_status,
     desired_taints,
     eviction_time,
     fmt_time,
+    node_ready_left_true,
     unknown_conditions,
 )
 
@@ -149,3 +152,133 @@ async def test_controller_marks_unknown_taints_evicts_and_recovers() -> None:
     await c.reconcile()
     assert not api.objects["/api/v1/nodes/n1"].get("spec", {}).get("taints")
     assert "/api/v1/namespaces/default/pods/slow" in api.objects
+
+
+async def _controller(api: Any, clock: list[datetime], **kw: Any) -> NodeLifecycleController:
+    c = NodeLifecycleController(api, clock=lambda: clock[0], **kw)
+    for path, handler in (
+        ("/api/v1/nodes", c.on_node_event),
+        ("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", c.on_lease_event),
+        ("/api/v1/pods", c.on_pod_event),
+    ):
+        for item in (await api.list(path))["items"]:
+            handler("ADDED", item)
+    return c
+
+
+def _pod_ready(api: Any, name: str) -> str:
+    p = api.objects[f"/api/v1/namespaces/default/pods/{name}"]
+    return str(next(x for x in p["status"]["conditions"] if x["type"] == "Ready")["status"])
+
+
+def _kubelet_posts(c: NodeLifecycleController, api: Any, ready: str, at: datetime) -> None:
+    n = {**api.objects["/api/v1/nodes/n1"], "status": node(ready)["status"]}
+    for cond in n["status"]["conditions"]:
+        cond["lastHeartbeatTime"] = fmt_time(at)
+    api.objects["/api/v1/nodes/n1"] = n
+    c.on_node_event("MODIFIED", n)
+    c.on_lease_event("MODIFIED", lease(at))
+
+
+async def test_pods_of_a_node_whose_kubelet_reports_not_ready_are_marked_not_ready() -> None:
+    api = FakeApi()
+    clock = [T0]
+    api.put("/api/v1/nodes/n1", node())
+    api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
+    api.put("/api/v1/namespaces/default/pods/a", pod("a", DEFAULT_TOLS))
+    api.put("/api/v1/namespaces/default/pods/b", pod("b", DEFAULT_TOLS))
+    c = await _controller(api, clock)
+    await c.reconcile()
+    assert (_pod_ready(api, "a"), _pod_ready(api, "b")) == ("True", "True")
+
+    clock[0] = T0 + timedelta(seconds=5)
+    _kubelet_posts(c, api, "False", clock[0])  # e.g. the container runtime is down
+    await c.reconcile()
+    assert (_pod_ready(api, "a"), _pod_ready(api, "b")) == ("False", "False")
+    events = [body for verb, path, body in api.calls if verb == "create" and path.endswith("/events")]
+    assert {(e["involvedObject"]["name"], e["type"], e["reason"], e["message"]) for e in events} == {
+        ("a", "Warning", "NodeNotReady", "Node is not ready"),
+        ("b", "Warning", "NodeNotReady", "Node is not ready"),
+    }
+    # Tainted not-ready, but the pods tolerate it for 300 s: nothing is deleted.
+    taints = api.objects["/api/v1/nodes/n1"]["spec"]["taints"]
+    assert {t["key"] for t in taints} == {"node.kubernetes.io/not-ready"}
+    assert "/api/v1/namespaces/default/pods/a" in api.objects
+
+    # The kubelet writes the pods' readiness back; the controller does not fight it while the node
+    # stays NotReady (marking happens when Ready leaves True), and the node is untainted once Ready.
+    api.objects["/api/v1/namespaces/default/pods/a"]["status"]["conditions"][0]["status"] = "True"
+    clock[0] = T0 + timedelta(seconds=10)
+    _kubelet_posts(c, api, "True", clock[0])
+    await c.reconcile()
+    assert _pod_ready(api, "a") == "True"
+    assert not api.objects["/api/v1/nodes/n1"]["spec"].get("taints")
+
+
+async def test_marking_pods_not_ready_is_retried_after_a_failed_update() -> None:
+    api = FakeApi()
+    clock = [T0]
+    api.put("/api/v1/nodes/n1", node())
+    api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
+    api.put("/api/v1/namespaces/default/pods/a", pod("a", DEFAULT_TOLS))
+    c = await _controller(api, clock)
+    await c.reconcile()
+    real_patch = api.patch
+    failing = [True]
+
+    async def flaky_patch(path: str, body: Any, patch_type: str = "merge", params: Any = None) -> Any:
+        if failing[0] and "/pods/" in path:
+            raise ApiError(500, "InternalError", "etcd is sad")
+        return await real_patch(path, body, patch_type, params)
+
+    api.patch = flaky_patch
+    clock[0] = T0 + timedelta(seconds=5)
+    _kubelet_posts(c, api, "False", clock[0])
+    await c.reconcile()
+    assert _pod_ready(api, "a") == "True"
+    failing[0] = False
+    clock[0] = T0 + timedelta(seconds=10)
+    await c.reconcile()
+    assert _pod_ready(api, "a") == "False"
+
+
+async def test_a_pod_seen_on_a_node_that_is_not_ready_is_marked_not_ready() -> None:
+    api = FakeApi()
+    clock = [T0]
+    api.put("/api/v1/nodes/n1", node("False"))
+    api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
+    api.put("/api/v1/namespaces/default/pods/a", pod("a", DEFAULT_TOLS))
+    c = await _controller(api, clock)
+    await c.reconcile()
+    assert _pod_ready(api, "a") == "False"
+
+
+async def test_a_paused_controller_gives_nodes_a_fresh_grace_period_instead_of_marking_them_unknown() -> None:
+    api = FakeApi()
+    clock = [T0]
+    api.put("/api/v1/nodes/n1", node())
+    api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
+    api.put("/api/v1/namespaces/default/pods/a", pod("a", DEFAULT_TOLS))
+    c = await _controller(api, clock)
+    await c.reconcile()
+    # The whole control plane was stopped for 60 s: no lease could be observed meanwhile.
+    clock[0] = T0 + timedelta(seconds=60)
+    await c.reconcile()
+    assert condition_status(api.objects["/api/v1/nodes/n1"], "Ready") == "True"
+    assert not api.objects["/api/v1/nodes/n1"].get("spec", {}).get("taints")
+    assert _pod_ready(api, "a") == "True"
+    # A kubelet that really stays silent is still noticed, one grace period after the resume.
+    for seconds in range(65, 106, 5):
+        clock[0] = T0 + timedelta(seconds=seconds)
+        await c.reconcile()
+    assert condition_status(api.objects["/api/v1/nodes/n1"], "Ready") == "Unknown"
+    assert _pod_ready(api, "a") == "False"
+
+
+def test_pods_are_marked_when_ready_leaves_true_or_a_retry_is_pending() -> None:
+    assert node_ready_left_true("True", "False", retry=False)
+    assert node_ready_left_true("True", "Unknown", retry=False)
+    assert not node_ready_left_true("False", "False", retry=False)
+    assert node_ready_left_true("False", "False", retry=True)
+    assert not node_ready_left_true("Unknown", "True", retry=True)
+    assert not node_ready_left_true(None, "False", retry=False)
