@@ -13,7 +13,8 @@ Upstream behaviour followed:
   running total seen by later init containers; the effective value is
   max(sum, max over init containers) per resource, plus ``spec.overhead``.
 - Static/mirror pods (pkg/kubelet/types): source annotation ``kubernetes.io/config.source``
-  other than "api" means static; mirror pods carry ``kubernetes.io/config.mirror``.
+  other than "api" means static; mirror pods carry ``kubernetes.io/config.mirror`` (names in
+  ``common.labels``).
 - Pod full name (pkg/kubelet/container): ``<name>_<namespace>``.
 """
 
@@ -24,13 +25,8 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
+from pykubelet.common.labels import API_SOURCE, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION
 from pykubelet.common.quantity import QuantityError, parse_quantity
-
-CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
-CONFIG_HASH_ANNOTATION = "kubernetes.io/config.hash"
-CONFIG_SEEN_ANNOTATION = "kubernetes.io/config.seen"
-CONFIG_MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-API_SOURCE = "api"
 
 QOS_GUARANTEED = "Guaranteed"
 QOS_BURSTABLE = "Burstable"

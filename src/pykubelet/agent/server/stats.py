@@ -25,8 +25,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from pykubelet.agent.server.cri_helpers import LABEL_CONTAINER, LABEL_NS, LABEL_POD, LABEL_UID
 from pykubelet.agent.server.logs import format_rfc3339_nano
+from pykubelet.common.labels import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 from pykubelet.common.procfs import read_meminfo
 
 
@@ -191,7 +191,8 @@ class StatsProvider:
         grouped: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
         for cs in getattr(resp, "stats", resp) or []:
             labels = dict(cs.attributes.labels)
-            grouped[(labels.get(LABEL_NS, ""), labels.get(LABEL_POD, ""), labels.get(LABEL_UID, ""))].append(cs)
+            key = (labels.get(POD_NAMESPACE_LABEL, ""), labels.get(POD_NAME_LABEL, ""), labels.get(POD_UID_LABEL, ""))
+            grouped[key].append(cs)
         for (ns, name, uid), items in grouped.items():
             containers = [self._container(cs) for cs in items]
             cpu_total = sum(c.get("cpu", {}).get("usageCoreNanoSeconds", 0) for c in containers)
@@ -233,7 +234,7 @@ class StatsProvider:
     @staticmethod
     def _container(cs: Any) -> dict[str, Any]:
         attrs = cs.attributes
-        name = attrs.metadata.name or dict(attrs.labels).get(LABEL_CONTAINER, "")
+        name = attrs.metadata.name or dict(attrs.labels).get(CONTAINER_NAME_LABEL, "")
         c: dict[str, Any] = {
             "name": name,
             "cpu": _cpu(cs.cpu if cs.HasField("cpu") else None),

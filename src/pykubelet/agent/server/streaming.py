@@ -40,6 +40,7 @@ from cri_api.v1 import api_pb2 as pb
 from pykubelet.agent.server import cri_helpers
 from pykubelet.agent.server.status import status_response
 from pykubelet.common import upgradeproxy, wsstream
+from pykubelet.common.labels import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 from pykubelet.common.spdy import SpdySession, SpdyStream
 
 log = logging.getLogger(__name__)
@@ -94,10 +95,10 @@ class StreamingHandlers:
         return str(c.id)
 
     async def _sandbox_id(self, pod: dict[str, Any], ns: str, name: str) -> str | web.Response:
-        labels = {cri_helpers.LABEL_NS: ns, cri_helpers.LABEL_POD: name}
+        labels = {POD_NAMESPACE_LABEL: ns, POD_NAME_LABEL: name}
         uid = (pod.get("metadata") or {}).get("uid")
         if uid:
-            labels[cri_helpers.LABEL_UID] = uid
+            labels[POD_UID_LABEL] = uid
         try:
             resp = await self.runtime.list_pod_sandbox(pb.PodSandboxFilter(label_selector=labels))
         except Exception as e:

@@ -27,17 +27,15 @@ from typing import Any
 
 from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient, ApiError
+from pykubelet.common.labels import API_SOURCE
+from pykubelet.common.podutil import is_mirror_pod
 
-from .podconfig import CONFIG_MIRROR, PodConfig
+from .podconfig import PodConfig
 
 log = logging.getLogger(__name__)
 
 Pod = dict[str, Any]
-SOURCE = "api"
-
-
-def is_mirror(pod: Pod) -> bool:
-    return CONFIG_MIRROR in ((pod.get("metadata") or {}).get("annotations") or {})
+SOURCE = API_SOURCE
 
 
 class ApiServerSource:
@@ -72,7 +70,7 @@ class ApiServerSource:
         return (pod.get("spec") or {}).get("nodeName") == self.node_name
 
     def _push(self) -> None:
-        self.config.set(SOURCE, [p for p in self.store.values() if not is_mirror(p)])
+        self.config.set(SOURCE, [p for p in self.store.values() if not is_mirror_pod(p)])
 
     async def relist(self) -> None:
         lst = await self.api.list("/api/v1/pods", params=self._params)

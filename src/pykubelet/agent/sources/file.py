@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from pykubelet.common.aio import cancel_and_wait
+from pykubelet.common.labels import CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE_SOURCE
 from pykubelet.common.podspec import default_pod, validate_pod
 
 from .podconfig import PodConfig
@@ -41,9 +42,7 @@ from .podconfig import PodConfig
 log = logging.getLogger(__name__)
 
 Pod = dict[str, Any]
-SOURCE = "file"
-CONFIG_HASH = "kubernetes.io/config.hash"
-CONFIG_SOURCE = "kubernetes.io/config.source"
+SOURCE = FILE_SOURCE
 
 
 def static_pod_name(name: str, node_name: str) -> str:
@@ -75,8 +74,8 @@ def apply_static_defaults(pod: Pod, node_name: str, source: str) -> Pod:
     ann = meta.get("annotations")
     if not isinstance(ann, dict):
         ann = meta["annotations"] = {}
-    ann[CONFIG_HASH] = meta["uid"]
-    ann[CONFIG_SOURCE] = SOURCE
+    ann[CONFIG_HASH_ANNOTATION] = meta["uid"]
+    ann[CONFIG_SOURCE_ANNOTATION] = SOURCE
     tolerations = spec.get("tolerations")
     if not isinstance(tolerations, list):
         tolerations = spec["tolerations"] = []

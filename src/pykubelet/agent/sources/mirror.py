@@ -23,12 +23,11 @@ import logging
 from typing import Any
 
 from pykubelet.common.apiclient import ApiClient, ApiError
+from pykubelet.common.labels import CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION
 
 log = logging.getLogger(__name__)
 
 Pod = dict[str, Any]
-CONFIG_MIRROR = "kubernetes.io/config.mirror"
-CONFIG_HASH = "kubernetes.io/config.hash"
 
 
 def pod_path(namespace: str, name: str | None = None) -> str:
@@ -38,13 +37,13 @@ def pod_path(namespace: str, name: str | None = None) -> str:
 
 def static_pod_hash(pod: Pod) -> str:
     meta = pod.get("metadata") or {}
-    return str((meta.get("annotations") or {}).get(CONFIG_HASH) or meta.get("uid") or "")
+    return str((meta.get("annotations") or {}).get(CONFIG_HASH_ANNOTATION) or meta.get("uid") or "")
 
 
 def is_mirror_of(mirror: Pod, static_pod: Pod) -> bool:
     """True when ``mirror`` is a live mirror of exactly this version of ``static_pod``."""
     ann = (mirror.get("metadata") or {}).get("annotations") or {}
-    h = ann.get(CONFIG_MIRROR)
+    h = ann.get(CONFIG_MIRROR_ANNOTATION)
     return h is not None and h == static_pod_hash(static_pod)
 
 
@@ -59,7 +58,7 @@ def build_mirror(static_pod: Pod, node_name: str, node_uid: str | None) -> Pod:
         if src_meta.get(key):
             meta[key] = copy.deepcopy(src_meta[key])
     ann = meta.setdefault("annotations", {})
-    ann[CONFIG_MIRROR] = static_pod_hash(static_pod)
+    ann[CONFIG_MIRROR_ANNOTATION] = static_pod_hash(static_pod)
     if node_uid:
         meta["ownerReferences"] = [
             {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}

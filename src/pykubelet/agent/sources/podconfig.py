@@ -35,16 +35,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pykubelet.common.labels import CONFIG_MIRROR_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION
+
 from ..types import PodOp, PodUpdate
 
 log = logging.getLogger(__name__)
 
 Pod = dict[str, Any]
 
-CONFIG_SOURCE = "kubernetes.io/config.source"
-CONFIG_SEEN = "kubernetes.io/config.seen"
-CONFIG_MIRROR = "kubernetes.io/config.mirror"
-LOCAL_ANNOTATIONS = frozenset({CONFIG_SOURCE, CONFIG_SEEN, CONFIG_MIRROR})
+LOCAL_ANNOTATIONS = frozenset({CONFIG_SOURCE_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_MIRROR_ANNOTATION})
 
 
 def pod_uid(pod: Pod) -> str:
@@ -118,16 +117,16 @@ def diff_pods(old: dict[str, Pod], new: list[Pod], source: str, now: float) -> D
         ref = _annotatable_copy(raw)
         meta = ref["metadata"]
         ann = meta["annotations"]
-        ann[CONFIG_SOURCE] = source
+        ann[CONFIG_SOURCE_ANNOTATION] = source
         existing = old.get(uid)
         if existing is None:
-            ann.setdefault(CONFIG_SEEN, format_seen(now))
+            ann.setdefault(CONFIG_SEEN_ANNOTATION, format_seen(now))
             d.adds.append(ref)
             d.state[uid] = ref
             continue
-        seen = ((existing.get("metadata") or {}).get("annotations") or {}).get(CONFIG_SEEN)
+        seen = ((existing.get("metadata") or {}).get("annotations") or {}).get(CONFIG_SEEN_ANNOTATION)
         if seen is not None:
-            ann[CONFIG_SEEN] = seen
+            ann[CONFIG_SEEN_ANNOTATION] = seen
         d.state[uid] = ref
         if _semantic(existing) == _semantic(ref):
             if existing.get("status") != ref.get("status"):
