@@ -34,6 +34,7 @@ from aiohttp import web
 
 from pykubelet.common import upgradeproxy
 from pykubelet.common.apistatus import status_object
+from pykubelet.common.podutil import find_container
 
 LOG_PARAMS = ("follow", "previous", "timestamps", "tailLines", "sinceSeconds", "sinceTime", "limitBytes",
               "stream", "insecureSkipTLSVerifyBackend")
@@ -75,22 +76,15 @@ def client_ssl_context(pki_dir: Path | None) -> ssl.SSLContext:
     return ctx
 
 
-def _pod_containers(pod: dict[str, Any]) -> list[str]:
-    spec = pod.get("spec") or {}
-    return [c.get("name", "") for key in ("containers", "initContainers", "ephemeralContainers")
-            for c in spec.get(key) or []]
-
-
 def pick_container(pod: dict[str, Any], requested: str | None) -> tuple[str | None, str | None]:
     """(container, error) following upstream's defaulting and validation."""
     name = (pod.get("metadata") or {}).get("name", "")
-    names = _pod_containers(pod)
     if requested:
-        if requested not in names:
+        if find_container(pod, requested) is None:
             return None, f"container {requested} is not valid for pod {name}"
         return requested, None
     ann = ((pod.get("metadata") or {}).get("annotations") or {}).get("kubectl.kubernetes.io/default-container")
-    if ann and ann in names:
+    if ann and find_container(pod, ann) is not None:
         return ann, None
     main = [c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or []]
     if len(main) == 1:

@@ -52,6 +52,7 @@ from pykubelet.agent.interfaces import EventRecorder
 from pykubelet.agent.prober import metrics
 from pykubelet.agent.prober.probes import ExecRuntime, ProbeError, Prober
 from pykubelet.agent.prober.results import Outcome, ProbeState, ProbeType, Result
+from pykubelet.common.podutil import is_restartable_init_container
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def first_delay(period: float, manager_age: float, rnd: float) -> float:
 def probe_containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
     """Containers upstream probes: regular ones and restartable (sidecar) init containers."""
     spec = pod.get("spec") or {}
-    sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    sidecars = [c for c in spec.get("initContainers") or [] if is_restartable_init_container(c)]
     return [*sidecars, *(spec.get("containers") or [])]
 
 

@@ -41,6 +41,7 @@ from pykubelet.agent.server import cri_helpers
 from pykubelet.agent.server.status import status_response
 from pykubelet.common import upgradeproxy, wsstream
 from pykubelet.common.labels import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
+from pykubelet.common.podutil import find_container
 from pykubelet.common.spdy import SpdySession, SpdyStream
 
 log = logging.getLogger(__name__)
@@ -80,10 +81,7 @@ class StreamingHandlers:
         return pod
 
     async def _container_id(self, pod: dict[str, Any], ns: str, name: str, container: str) -> str | web.Response:
-        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
-        names += [c.get("name") for c in (pod.get("spec") or {}).get("initContainers") or []]
-        names += [c.get("name") for c in (pod.get("spec") or {}).get("ephemeralContainers") or []]
-        if container not in names:
+        if find_container(pod, container) is None:
             return status_response(400, "BadRequest", f"container {container} is not valid for pod {name}")
         uid = (pod.get("metadata") or {}).get("uid")
         try:
