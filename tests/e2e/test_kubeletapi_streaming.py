@@ -75,7 +75,7 @@ async def stack(containerd: PrivateContainerd, tmp_path: Path) -> AsyncIterator[
         await cri.start_container(cid)
         pod = {"metadata": {"name": POD, "namespace": NS, "uid": uid},
                "spec": {"containers": [{"name": "main", "image": BUSYBOX_PINNED_IMAGE}]}}
-        opts = SimpleNamespace(config=_config(), node_name="n1", root_dir=tmp_path / "kubelet")
+        opts = SimpleNamespace(config=_config(), node_name="n1", node_ip="127.0.0.1", root_dir=tmp_path / "kubelet")
         server = KubeletServer(pods=_Kubelet(pod), runtime=cri, options=opts, api=None)
         await server.start()
         ctx = ssl.create_default_context()
