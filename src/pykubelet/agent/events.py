@@ -24,6 +24,7 @@ from typing import Any
 
 from pykubelet.agent.status.generate import rfc3339
 from pykubelet.common.aio import cancel_and_wait
+from pykubelet.common.apiclient import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -120,18 +121,15 @@ class EventRecorder:
                 self._queue.task_done()
 
     async def _write_retrying(self, item: dict[str, Any]) -> None:
-        if True:
-            for attempt in range(3):
-                try:
-                    await self._write(item)
-                    break
-                except asyncio.CancelledError:
-                    raise
-                except Exception as e:
-                    if attempt == 2:
-                        log.warning("dropping event %s: %s", item["reason"], e)
-                    else:
-                        await asyncio.sleep(0.5 * (attempt + 1))
+        for attempt in range(3):
+            try:
+                await self._write(item)
+                return
+            except Exception as e:  # any write failure (API error, connection loss): retry, then drop
+                if attempt == 2:
+                    log.warning("dropping event %s: %s", item["reason"], e)
+                else:
+                    await asyncio.sleep(0.5 * (attempt + 1))
 
     async def _write(self, item: dict[str, Any]) -> None:
         api = self.api
@@ -151,9 +149,10 @@ class EventRecorder:
                     patch_type="merge",
                 )
                 return
-            except Exception as e:
-                if getattr(e, "status", None) != 404:
+            except ApiError as e:
+                if e.status != 404:
                     raise
+                # The Event expired (or was deleted): fall through and create a new one.
         name = f"{ref['name']}.{uuid.uuid4().hex[:16]}"
         body = {
             "apiVersion": "v1",

@@ -161,13 +161,6 @@ def reconcile_existing_node(desired: Obj, existing: Obj) -> Obj | None:
     return patch or None
 
 
-def taints_equal(a: Iterable[Mapping[str, Any]], b: Iterable[Mapping[str, Any]]) -> bool:
-    def key(t: Mapping[str, Any]) -> tuple[str, str, str]:
-        return (str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
-
-    return sorted(map(key, a)) == sorted(map(key, b))
-
-
 # --------------------------------------------------------------------------- capacity
 
 

@@ -40,7 +40,6 @@ failure -> kill with ``kill_decision``; readiness -> status update). Events: War
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -52,6 +51,7 @@ from pykubelet.agent.interfaces import EventRecorder
 from pykubelet.agent.prober import metrics
 from pykubelet.agent.prober.probes import ExecRuntime, ProbeError, Prober
 from pykubelet.agent.prober.results import Outcome, ProbeState, ProbeType, Result
+from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.podutil import is_restartable_init_container
 
 log = logging.getLogger(__name__)
@@ -310,9 +310,7 @@ class ProbeManager:
         tasks = [w.task for w in self._workers.values() if w.task is not None]
         for w in list(self._workers.values()):
             self._stop_worker(w)
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(*tasks)
         await self.prober.close()
 
     # -- results -----------------------------------------------------------------------------
