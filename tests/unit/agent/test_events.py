@@ -1,0 +1,41 @@
+"""Events the agent records (upstream client-go record.EventRecorder with the kubelet's correlator):
+a repeated event is one Event whose count grows (a PATCH), not a stream of new Events."""
+
+from __future__ import annotations
+
+from pykubelet.agent.events import EventRecorder
+from tests.builders import pod
+from tests.fakes import FakeApi
+
+
+async def test_event_recorder_aggregates() -> None:
+    api = FakeApi()
+    rec = EventRecorder(api, host="node1")
+    p = pod("web", namespace="ns1", uid="uid-1")
+    rec.event(p, "Warning", "BackOff", "Back-off restarting failed container a")
+    rec.event(p, "Warning", "BackOff", "Back-off restarting failed container a")
+    rec.event(p, "Normal", "Started", "Started container a")
+    await rec.flush()
+    await rec.close()
+    assert len(api.created) == 2
+    ev = api.created[0]
+    assert ev["involvedObject"]["uid"] == "uid-1" and ev["source"] == {"component": "kubelet", "host": "node1"}
+    assert ev["count"] == 1 and ev["reason"] == "BackOff"
+    assert len(api.patched) == 1 and api.patched[0][1]["count"] == 2
+    assert api.patched[0][0].startswith("/api/v1/namespaces/ns1/events/web.")
+
+
+async def test_repeated_event_is_one_event_with_growing_count() -> None:
+    api = FakeApi()
+    rec = EventRecorder(api, host="node1")
+    p = pod(namespace="ns", uid="u1")
+    for _ in range(5):
+        rec.event(p, "Warning", "BackOff", "Back-off restarting failed container c in pod p_ns(u1)")
+    rec.event(p, "Normal", "Pulled", "other")
+    await rec.flush()
+    await rec.close()
+    assert [e["reason"] for e in api.created] == ["BackOff", "Pulled"]
+    assert api.created[0]["count"] == 1 and api.created[0]["source"] == {"component": "kubelet", "host": "node1"}
+    counts = [b["count"] for _p, b in api.patched]
+    assert counts == [2, 3, 4, 5]
+    assert all(p.endswith("/events/" + api.created[0]["metadata"]["name"]) for p, _b in api.patched)

@@ -1,0 +1,274 @@
+"""The pod status the agent reports: generate_api_status / get_phase (upstream generateAPIPodStatus,
+getPhase), including what probe results make of it, and the StatusManager that writes it to the API."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from pykubelet.agent.status.generate import generate_api_status
+from pykubelet.agent.status.manager import StatusManager, status_equal
+from tests.builders import NOW, POD_IP, container, exited, pod, pod_path, running, runtime_status, sandbox
+from tests.fakes import FakeApi
+
+
+def conds(status: dict[str, Any]) -> dict[str, str]:
+    return {x["type"]: x["status"] for x in status["conditions"]}
+
+
+def test_pending_while_creating() -> None:
+    st = generate_api_status(pod(containers=["a"]), runtime_status(), host_ips=["10.0.0.1"], qos_class="BestEffort")
+    assert st["phase"] == "Pending"
+    assert st["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    assert conds(st) == {"PodReadyToStartContainers": "True", "Initialized": "True", "ContainersReady": "False",
+                         "Ready": "False", "PodScheduled": "True"}
+    assert st["hostIP"] == "10.0.0.1" and st["hostIPs"] == [{"ip": "10.0.0.1"}]
+    assert st["podIP"] == POD_IP and st["qosClass"] == "BestEffort" and st["startTime"]
+
+
+def test_running_ready() -> None:
+    st = generate_api_status(pod(containers=["a", "b"]), runtime_status(running("a"), running("b")))
+    assert st["phase"] == "Running"
+    assert conds(st)["Ready"] == "True"
+    cs = st["containerStatuses"][0]
+    assert cs["ready"] and cs["started"] and cs["imageID"] == "sha256:abc"
+    assert cs["containerID"] == "containerd://id-a"
+
+
+@pytest.mark.parametrize(
+    ("policy", "codes", "phase"),
+    [("Never", [0, 0], "Succeeded"), ("Never", [0, 1], "Failed"), ("OnFailure", [0, 0], "Succeeded"),
+     ("OnFailure", [1, 0], "Running"), ("Always", [0, 0], "Running")],
+)
+def test_phase_when_all_stopped(policy: str, codes: list[int], phase: str) -> None:
+    st = generate_api_status(pod(containers=["a", "b"], restart_policy=policy), runtime_status(exited("a", codes[0]), exited("b", codes[1])))
+    assert st["phase"] == phase
+    if phase in ("Succeeded", "Failed"):
+        assert conds(st)["Ready"] == "False"
+        assert next(x for x in st["conditions"] if x["type"] == "Ready")["reason"] == "PodCompleted"
+
+
+def test_terminated_reason_and_exit_code() -> None:
+    st = generate_api_status(pod(containers=["a"], restart_policy="Never"), runtime_status(exited("a", 137, reason="OOMKilled")))
+    term = st["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 137 and term["reason"] == "OOMKilled"
+    st = generate_api_status(pod(containers=["a"], restart_policy="Never"), runtime_status(exited("a", 3)))
+    assert st["containerStatuses"][0]["state"]["terminated"]["reason"] == "Error"
+
+
+def test_crashloop_waiting_with_last_state() -> None:
+    runtime = runtime_status(exited("a", 2, restarts=1), exited("a", 2, restarts=0))
+    st = generate_api_status(pod(containers=["a"]), runtime, reasons={"a": ("CrashLoopBackOff", "back-off 10s ...")})
+    cs = st["containerStatuses"][0]
+    assert cs["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s ..."}}
+    assert cs["lastState"]["terminated"]["exitCode"] == 2
+    assert cs["restartCount"] == 1
+    assert st["phase"] == "Running"
+
+
+def test_image_pull_errors_waiting() -> None:
+    for reason in ("ErrImagePull", "ImagePullBackOff"):
+        st = generate_api_status(pod(containers=["a"]), runtime_status(), reasons={"a": (reason, "boom")})
+        assert st["containerStatuses"][0]["state"]["waiting"]["reason"] == reason
+        assert st["phase"] == "Pending"
+
+
+def test_running_with_previous_termination() -> None:
+    st = generate_api_status(pod(containers=["a"]), runtime_status(running("a", restarts=1), exited("a", 1, restarts=0)))
+    cs = st["containerStatuses"][0]
+    assert "running" in cs["state"] and cs["lastState"]["terminated"]["exitCode"] == 1
+
+
+def test_init_pending_and_pod_initializing() -> None:
+    p = pod(containers=["app"], init_containers=[container("i1", "x")])
+    st = generate_api_status(p, runtime_status(running("i1")))
+    assert st["phase"] == "Pending"
+    assert st["containerStatuses"][0]["state"]["waiting"]["reason"] == "PodInitializing"
+    assert conds(st)["Initialized"] == "False"
+    init_cond = next(x for x in st["conditions"] if x["type"] == "Initialized")
+    assert init_cond["reason"] == "ContainersNotInitialized"
+    assert init_cond["message"] == "containers with incomplete status: [i1]"
+    st = generate_api_status(p, runtime_status(exited("i1", 0), running("app")))
+    assert st["phase"] == "Running" and conds(st)["Initialized"] == "True"
+
+
+def test_init_failure_never_fails_pod() -> None:
+    p = pod(containers=["app"], restart_policy="Never", init_containers=[container("i1", "x")])
+    assert generate_api_status(p, runtime_status(exited("i1", 1)))["phase"] == "Failed"
+    p = pod(containers=["app"], restart_policy="Always", init_containers=[container("i1", "x")])
+    assert generate_api_status(p, runtime_status(exited("i1", 1)))["phase"] == "Pending"
+
+
+def test_terminal_phase_sticks_and_transition_time_kept() -> None:
+    p = pod(containers=["a"], restart_policy="Never")
+    st = generate_api_status(p, runtime_status(exited("a", 0)), now=1000)
+    assert st["phase"] == "Succeeded"
+    p2 = copy.deepcopy(p)
+    p2["status"] = st
+    st2 = generate_api_status(p2, runtime_status(running("a")), now=2000)  # bogus runtime view
+    assert st2["phase"] == "Succeeded"
+    t1 = {x["type"]: x["lastTransitionTime"] for x in st["conditions"]}
+    t2 = {x["type"]: x["lastTransitionTime"] for x in st2["conditions"]}
+    assert t1["Initialized"] == t2["Initialized"]
+
+
+def test_deleted_pod_terminal_phase() -> None:
+    st = generate_api_status(pod(containers=["a"]), runtime_status(exited("a", 143), sandboxes=[sandbox(ready=False)]), pod_is_terminal=True)
+    assert st["phase"] == "Failed"
+    st = generate_api_status(pod(containers=["a"]), runtime_status(exited("a", 0), sandboxes=[sandbox(ready=False)]), pod_is_terminal=True)
+    assert st["phase"] == "Succeeded"
+
+
+def test_foreign_conditions_preserved() -> None:
+    p = pod(containers=["a"])
+    p["status"] = {"conditions": [{"type": "DisruptionTarget", "status": "True"},
+                                  {"type": "PodScheduled", "status": "True", "lastTransitionTime": "T0"}]}
+    st = generate_api_status(p, runtime_status(running("a")))
+    types = [x["type"] for x in st["conditions"]]
+    assert "DisruptionTarget" in types
+    assert next(x for x in st["conditions"] if x["type"] == "PodScheduled")["lastTransitionTime"] == "T0"
+
+
+# ---------------------------------------------------------------- probe results in the status
+def test_generate_uses_probe_results_for_ready_and_started() -> None:
+    p = pod(containers=["app"])
+    st = runtime_status(running("app"))
+    unready = generate_api_status(p, st, probes={"app": (True, False)}, now=NOW)
+    cs = unready["containerStatuses"][0]
+    assert cs["started"] is True and cs["ready"] is False
+    conditions = {c["type"]: c for c in unready["conditions"]}
+    assert conditions["Ready"]["status"] == "False" and conditions["ContainersReady"]["reason"] == "ContainersNotReady"
+    ready = generate_api_status({**p, "status": unready}, st, probes={"app": (True, True)}, now=NOW + 5)
+    conditions = {c["type"]: c for c in ready["conditions"]}
+    assert conditions["Ready"]["status"] == "True" and ready["containerStatuses"][0]["ready"] is True
+    not_started = generate_api_status(p, st, probes={"app": (False, False)}, now=NOW)
+    assert not_started["containerStatuses"][0]["started"] is False
+
+
+def test_app_containers_wait_in_pod_initializing_when_pod_has_init_containers() -> None:
+    out = generate_api_status(pod(containers=["app"], init_containers=["init"]),
+                              runtime_status(exited("init", 0)), now=NOW)
+    assert out["containerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}
+
+
+def test_unstarted_sidecar_keeps_pod_pending() -> None:
+    sc = container("sc", restartPolicy="Always")
+    out = generate_api_status(pod(containers=["app"], init_containers=[sc]), runtime_status(running(sc)),
+                              probes={"sc": (False, False)}, now=NOW)
+    assert out["phase"] == "Pending"
+    assert out["initContainerStatuses"][0]["started"] is False
+
+
+# ---------------------------------------------------------------- StatusManager
+def api_with(p: dict[str, Any]) -> FakeApi:
+    api = FakeApi()
+    api.put(pod_path(p), p)
+    return api
+
+
+async def test_status_manager_patches_only_on_change() -> None:
+    p = pod(containers=["a"])
+    api = api_with(p)
+    sm = StatusManager(api)
+    s1 = generate_api_status(p, runtime_status(running("a")), now=1)
+    assert sm.set_pod_status(p, s1)
+    await sm.sync_all()
+    assert len(api.patched) == 1
+    assert api.patched[0][1]["metadata"]["uid"] == "uid-p"
+    assert all(path.endswith("/status") for path, _ in api.patched) and set(api.patch_types) == {"merge"}
+    # same status (only timestamps differ) → no change, no patch
+    s2 = generate_api_status({**p, "status": s1}, runtime_status(running("a")), now=5)
+    assert not sm.set_pod_status(p, s2)
+    await sm.sync_all()
+    assert len(api.patched) == 1
+    # a real change → a patch with the newest view
+    s3 = generate_api_status({**p, "status": s2}, runtime_status(exited("a", 1)), now=6)
+    assert sm.set_pod_status(p, s3)
+    v = sm.version("uid-p")
+    await sm.sync_all()
+    assert len(api.patched) == 2 and sm.version("uid-p") == v
+    assert api.objects[pod_path(p)]["status"]["containerStatuses"][0]["state"].get("terminated")
+
+
+async def test_status_manager_never_regresses_terminal_phase() -> None:
+    p = pod(containers=["a"], restart_policy="Never")
+    sm = StatusManager(None)
+    sm.set_pod_status(p, generate_api_status(p, runtime_status(exited("a", 0))))
+    sm.set_pod_status(p, {**generate_api_status(p, runtime_status(running("a"))), "phase": "Running"})
+    assert sm.get_pod_status("uid-p")["phase"] == "Succeeded"  # type: ignore[index]
+
+
+async def test_status_manager_skips_recreated_pod_and_deletes_terminated() -> None:
+    p = pod(containers=["a"])
+    api = api_with(p)
+    api.objects[pod_path(p)]["metadata"]["uid"] = "other"
+    sm = StatusManager(api)
+    sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
+    await sm.sync_all()
+    assert not api.patched and sm.get_pod_status("uid-p") is None
+    api.objects[pod_path(p)]["metadata"]["uid"] = "uid-p"
+    api.objects[pod_path(p)]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    sm.set_pod_status(p, generate_api_status(p, runtime_status(exited("a", 143), sandboxes=[sandbox(ready=False)]), pod_is_terminal=True))
+    sm.terminated("uid-p")
+    await sm.sync_all()
+    assert api.patched and api.deleted
+    path, body = api.deleted[0]
+    assert path == "/api/v1/namespaces/default/pods/p"
+    assert body["gracePeriodSeconds"] == 0 and body["preconditions"] == {"uid": "uid-p"}
+
+
+async def test_status_manager_never_reads_the_api_when_nothing_changed() -> None:
+    p = pod(containers=["a"])
+    api = api_with(p)
+    gets = 0
+    real_get = api.get
+
+    async def counting_get(path: str, params: Any = None) -> dict[str, Any]:
+        nonlocal gets
+        gets += 1
+        return await real_get(path, params)
+
+    api.get = counting_get  # type: ignore[method-assign]
+    sm = StatusManager(api, reconcile_period=0.05)
+    sm.start()
+    try:
+        sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
+        async with asyncio.timeout(5):
+            while not api.patched:  # noqa: ASYNC110 - polling the API under test
+                await asyncio.sleep(0.01)
+        before = gets
+        await asyncio.sleep(0.5)  # ten reconcile periods
+        assert gets == before and len(api.patched) == 1
+    finally:
+        await sm.stop()
+
+
+async def test_status_manager_background_loop() -> None:
+    p = pod(containers=["a"])
+    api = api_with(p)
+    sm = StatusManager(api, reconcile_period=0.1)
+    sm.start()
+    try:
+        sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
+        async with asyncio.timeout(5):
+            while not api.patched:  # noqa: ASYNC110 - polling the runtime/API under test
+                await asyncio.sleep(0.01)
+        # someone else overwrote the status and the pod watch shows it: ours is restored
+        api.objects[pod_path(p)]["status"] = {"phase": "Pending"}
+        sm.reconcile(copy.deepcopy(api.objects[pod_path(p)]))
+        async with asyncio.timeout(5):
+            while api.objects[pod_path(p)]["status"].get("phase") != "Running":  # noqa: ASYNC110 - polling the runtime/API under test
+                await asyncio.sleep(0.01)
+        assert api.objects[pod_path(p)]["status"]["phase"] == "Running" and len(api.patched) >= 2
+    finally:
+        await sm.stop()
+
+
+def test_status_equal_ignores_timestamps() -> None:
+    a = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "1"}]}
+    b = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2"}]}
+    assert status_equal(a, b)
+    assert not status_equal(a, {**b, "phase": "Failed"})
