@@ -51,7 +51,7 @@ from pykubelet.agent.kuberuntime.manager import RuntimeManager
 from pykubelet.agent.lifecycle.handlers import HandlerRunner
 from pykubelet.agent.logs import ContainerLogManager, cleanup_symlinks
 from pykubelet.agent.pleg import GenericPLEG, PodLifecycleEvent, PodStatusCache, is_sync_pod_worthy
-from pykubelet.agent.podmanager import PodManager, is_static, pod_uid
+from pykubelet.agent.podmanager import PodManager, pod_uid
 from pykubelet.agent.podsyncer import PodDirectories, PodSyncer
 from pykubelet.agent.podworkers import PodWorkers, SyncPodType, UpdatePodOptions
 from pykubelet.agent.prober.manager import ProbeManager
@@ -224,7 +224,7 @@ class Kubelet:
                 self.pod_workers.update_pod(UpdatePodOptions(SyncPodType.UPDATE, pod))
         elif op is PodOp.REMOVE:
             self.pod_manager.remove(uid)
-            if is_static(pod) and self.mirror is not None:
+            if podutil.is_static_pod(pod) and self.mirror is not None:
                 md = pod.get("metadata") or {}
                 self._spawn(self._delete_mirror(md.get("namespace", "default"), md.get("name", "")),
                             f"delete-mirror-{uid}")
@@ -233,7 +233,7 @@ class Kubelet:
                 # force-deleted (grace 0): upstream's API server first shows the kubelet
                 # deletionGracePeriodSeconds=0, so kill with the shortest grace (1 s), not the spec's.
                 # Static pods removed from the manifest dir keep their own grace period.
-                kill_grace = None if is_static(pod) else 0
+                kill_grace = None if podutil.is_static_pod(pod) else 0
                 self.pod_workers.update_pod(UpdatePodOptions(SyncPodType.KILL, pod, kill_grace=kill_grace))
         elif op is PodOp.RECONCILE and known:
             self.pod_manager.update_pod(pod)

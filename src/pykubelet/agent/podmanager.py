@@ -19,18 +19,9 @@ import time
 from pykubelet.agent.interfaces import PodStatusProvider
 from pykubelet.agent.types import Pod
 
-CONFIG_SOURCE = "kubernetes.io/config.source"  # TODO(lead): common.labels once it exists
-API_SOURCE = "api"
-
 
 def pod_uid(pod: Pod) -> str:
     return str((pod.get("metadata") or {}).get("uid") or "")
-
-
-def is_static(pod: Pod) -> bool:
-    """A pod from the manifest folder (or any non-API source), as upstream's ``IsStaticPod``."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return str(annotations.get(CONFIG_SOURCE, API_SOURCE)) != API_SOURCE
 
 
 class PodManager:

@@ -37,7 +37,7 @@ from pykubelet.agent.interfaces import EventRecorder, MirrorClient, PodLifecycle
 from pykubelet.agent.kuberuntime.actions import ProbeKill, ProbeKillFunc, backoff_key
 from pykubelet.agent.kuberuntime.manager import RuntimeManager
 from pykubelet.agent.pleg import PodStatusCache
-from pykubelet.agent.podmanager import PodManager, is_static, pod_uid
+from pykubelet.agent.podmanager import PodManager, pod_uid
 from pykubelet.agent.podworkers import SyncPodResult, SyncPodType
 from pykubelet.agent.prober.manager import ProbeManager, probe_containers
 from pykubelet.agent.prober.results import Result
@@ -179,7 +179,7 @@ class PodSyncer:
             return SyncPodResult(terminal=True)
         self.probes.add_pod(pod)
         self._observe_start(uid, status)
-        if is_static(pod) and self.mirror is not None:
+        if podutil.is_static_pod(pod) and self.mirror is not None:
             try:
                 await self.mirror.ensure_mirror(pod)
             except Exception as e:

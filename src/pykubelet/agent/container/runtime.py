@@ -18,17 +18,8 @@ from dataclasses import dataclass, field
 
 from pykubelet.agent.types import JSONObj
 
-# Labels / annotations (upstream names, architecture.md).
-POD_NAME_LABEL = "io.kubernetes.pod.name"
-POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
-POD_UID_LABEL = "io.kubernetes.pod.uid"
-CONTAINER_NAME_LABEL = "io.kubernetes.container.name"
-CONTAINER_HASH_ANNOTATION = "io.kubernetes.container.hash"
-CONTAINER_RESTART_COUNT_ANNOTATION = "io.kubernetes.container.restartCount"
-TERMINATION_MESSAGE_PATH_ANNOTATION = "io.kubernetes.container.terminationMessagePath"
-TERMINATION_MESSAGE_POLICY_ANNOTATION = "io.kubernetes.container.terminationMessagePolicy"
-POD_TERMINATION_GRACE_ANNOTATION = "io.kubernetes.pod.terminationGracePeriod"
 CONTAINER_TYPE_LABEL = "io.kubernetes.container.type"  # informational; not required by the contract
+
 
 class ContainerState(enum.StrEnum):
     """Upstream ``kubecontainer.State``: what the runtime says of one container."""

@@ -44,6 +44,8 @@ from pykubelet.agent.container.runtime import (
     hash_container,
 )
 from pykubelet.agent.kuberuntime.backoff import Backoff
+from pykubelet.common.durations import format_duration
+from pykubelet.common.podutil import is_restartable_init_container
 
 Pod = dict[str, Any]
 
@@ -105,26 +107,10 @@ def restart_policy(pod: Pod) -> str:
     return _spec(pod).get("restartPolicy") or "Always"
 
 
-def is_sidecar(container: dict[str, Any]) -> bool:
-    return container.get("restartPolicy") == "Always"
-
-
 def format_pod(pod: Pod) -> str:
     """Upstream format.Pod: ``name_namespace(uid)``."""
     md = pod.get("metadata") or {}
     return f"{md.get('name', '')}_{md.get('namespace', '')}({md.get('uid', '')})"
-
-
-def format_duration(seconds: float) -> str:
-    """Go time.Duration String() for whole seconds: 10s, 1m20s, 5m0s."""
-    s = round(seconds)
-    if s < 60:
-        return f"{s}s"
-    m, s = divmod(s, 60)
-    if m < 60:
-        return f"{m}m{s}s"
-    h, m = divmod(m, 60)
-    return f"{h}h{m}m{s}s"
 
 
 def backoff_key(pod: Pod, container: dict[str, Any]) -> str:
@@ -239,7 +225,7 @@ class _Planner:
         for ic in inits:
             name = ic.get("name", "")
             cs = self.status.find_container(name)
-            sidecar = is_sidecar(ic)
+            sidecar = is_restartable_init_container(ic)
             if not sidecar and previously_initialized:
                 continue  # regular init containers never run again once app containers exist
             if cs is None:
@@ -374,7 +360,7 @@ def termination_dependencies(pod: Pod | None, names: list[str]) -> dict[str, set
     deps: dict[str, set[str]] = {n: set() for n in names}
     if pod is None:
         return deps
-    sidecars = [c.get("name", "") for c in _spec(pod).get("initContainers") or [] if is_sidecar(c)]
+    sidecars = [c.get("name", "") for c in _spec(pod).get("initContainers") or [] if is_restartable_init_container(c)]
     present = set(names)
     regular = {n for n in names if n not in sidecars}
     for i, sc in enumerate(sidecars):

@@ -27,6 +27,7 @@ from typing import Any
 
 from pykubelet.agent.container import runtime as t
 from pykubelet.agent.container.grace import pod_termination_grace
+from pykubelet.common import labels as names
 from pykubelet.common import podutil
 from pykubelet.common.quantity import QuantityError, parse_quantity
 from pykubelet.cri import pb
@@ -158,9 +159,9 @@ def sandbox_config(
     md, spec = _md(pod), pod.get("spec") or {}
     labels = {str(k): str(v) for k, v in (md.get("labels") or {}).items()}
     labels.update({
-        t.POD_NAME_LABEL: md.get("name", ""),
-        t.POD_NAMESPACE_LABEL: md.get("namespace", ""),
-        t.POD_UID_LABEL: md.get("uid", ""),
+        names.POD_NAME_LABEL: md.get("name", ""),
+        names.POD_NAMESPACE_LABEL: md.get("namespace", ""),
+        names.POD_UID_LABEL: md.get("uid", ""),
     })
     annotations = {str(k): str(v) for k, v in (md.get("annotations") or {}).items()}
     hostname = spec.get("hostname") or md.get("name", "")
@@ -423,17 +424,17 @@ async def container_config(
                          node_allocatable=node_allocatable, lookup=lookup)
     env_map = dict(env)
     labels = {
-        t.POD_NAME_LABEL: md.get("name", ""),
-        t.POD_NAMESPACE_LABEL: md.get("namespace", ""),
-        t.POD_UID_LABEL: md.get("uid", ""),
-        t.CONTAINER_NAME_LABEL: name,
+        names.POD_NAME_LABEL: md.get("name", ""),
+        names.POD_NAMESPACE_LABEL: md.get("namespace", ""),
+        names.POD_UID_LABEL: md.get("uid", ""),
+        names.CONTAINER_NAME_LABEL: name,
     }
     annotations = {
-        t.CONTAINER_HASH_ANNOTATION: t.hash_container(container),
-        t.CONTAINER_RESTART_COUNT_ANNOTATION: str(restart_count),
-        t.TERMINATION_MESSAGE_PATH_ANNOTATION: container.get("terminationMessagePath") or "/dev/termination-log",
-        t.TERMINATION_MESSAGE_POLICY_ANNOTATION: container.get("terminationMessagePolicy") or "File",
-        t.POD_TERMINATION_GRACE_ANNOTATION: str(pod_termination_grace(pod)),
+        names.CONTAINER_HASH_ANNOTATION: t.hash_container(container),
+        names.CONTAINER_RESTART_COUNT_ANNOTATION: str(restart_count),
+        names.TERMINATION_MESSAGE_PATH_ANNOTATION: container.get("terminationMessagePath") or "/dev/termination-log",
+        names.TERMINATION_MESSAGE_POLICY_ANNOTATION: container.get("terminationMessagePolicy") or "File",
+        names.POD_TERMINATION_GRACE_ANNOTATION: str(pod_termination_grace(pod)),
     }
     return pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name=name, attempt=restart_count),

@@ -56,6 +56,8 @@ from pykubelet.agent.kuberuntime.backoff import Backoff
 from pykubelet.agent.logs import symlinks
 from pykubelet.agent.logs.manager import clean_rotated
 from pykubelet.agent.types import JSONObj, Pod
+from pykubelet.common import labels as names
+from pykubelet.common.procfs import read_meminfo
 from pykubelet.cri import CRIError, pb
 
 log = logging.getLogger(__name__)
@@ -90,17 +92,6 @@ def _find_spec(pod: Pod | None, name: str) -> JSONObj | None:
 
 def _sec(ns: int) -> float:
     return ns / 1e9 if ns else 0.0
-
-
-def _memory_capacity() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 MAX_TERMINATION_MESSAGE = 4096
@@ -138,7 +129,7 @@ def _tail_cri_log(path: str) -> str:
 def _with_termination_message(s: pb.ContainerStatus) -> str:
     """Runtime message + the container's termination message (upstream getTerminationMessage)."""
     ann = s.annotations
-    path = ann.get(t.TERMINATION_MESSAGE_PATH_ANNOTATION, "")
+    path = ann.get(names.TERMINATION_MESSAGE_PATH_ANNOTATION, "")
     msg = ""
     if path:
         for m in s.mounts:
@@ -146,7 +137,7 @@ def _with_termination_message(s: pb.ContainerStatus) -> str:
                 msg = _read_termination_file(m.host_path)
                 break
     if (not msg and s.state == pb.CONTAINER_EXITED and s.exit_code != 0
-            and ann.get(t.TERMINATION_MESSAGE_POLICY_ANNOTATION) == "FallbackToLogsOnError" and s.log_path):
+            and ann.get(names.TERMINATION_MESSAGE_POLICY_ANNOTATION) == "FallbackToLogsOnError" and s.log_path):
         msg = _tail_cri_log(s.log_path)
     if not msg:
         return str(s.message)
@@ -208,7 +199,7 @@ class RuntimeManager:
         self.hooks = hooks  # lifecycle.HandlerRunner (postStart / preStop), None = no hooks
         # legacy /var/log/containers symlinks live next to the pod logs dir
         self.containers_log_dir = containers_log_dir or symlinks.containers_log_dir(pod_logs_dir)
-        self.memory_capacity = _memory_capacity()
+        self.memory_capacity = read_meminfo().get("MemTotal", 0)
         self.node_allocatable = {"cpu": Decimal(os.cpu_count() or 1), "memory": Decimal(self.memory_capacity)}
         self.runtime_type = "containerd"  # replaced by the runtime's own name in start()
         self.reasons: dict[str, dict[str, tuple[str, str]]] = {}  # uid → container → (reason, message)
@@ -227,28 +218,28 @@ class RuntimeManager:
                                                      self.runtime.list_containers())
         out = RuntimeListing(sandboxes=sandboxes, containers=containers)
         for sb in sandboxes:
-            uid = sb.labels.get(t.POD_UID_LABEL) or sb.metadata.uid
+            uid = sb.labels.get(names.POD_UID_LABEL) or sb.metadata.uid
             if not uid:
                 continue
             out.pods.setdefault(uid, {})[sb.id] = sandbox_state(sb.state)
             out.meta.setdefault(uid, (sb.metadata.namespace, sb.metadata.name))
         for c in containers:
-            uid = c.labels.get(t.POD_UID_LABEL)
+            uid = c.labels.get(names.POD_UID_LABEL)
             if not uid:
                 continue
             out.pods.setdefault(uid, {})[c.id] = container_state(c.state)
-            out.meta.setdefault(uid, (c.labels.get(t.POD_NAMESPACE_LABEL, ""), c.labels.get(t.POD_NAME_LABEL, "")))
+            out.meta.setdefault(uid, (c.labels.get(names.POD_NAMESPACE_LABEL, ""), c.labels.get(names.POD_NAME_LABEL, "")))
         return out
 
     def _container_from_status(self, s: pb.ContainerStatus) -> t.ContainerRuntimeStatus:
         ann, labels = s.annotations, s.labels
         try:
-            restarts = int(ann.get(t.CONTAINER_RESTART_COUNT_ANNOTATION, s.metadata.attempt))
+            restarts = int(ann.get(names.CONTAINER_RESTART_COUNT_ANNOTATION, s.metadata.attempt))
         except ValueError:
             restarts = s.metadata.attempt
         return t.ContainerRuntimeStatus(
             id=s.id,
-            name=labels.get(t.CONTAINER_NAME_LABEL) or s.metadata.name,
+            name=labels.get(names.CONTAINER_NAME_LABEL) or s.metadata.name,
             state=container_state(s.state),
             created_at=_sec(s.created_at),
             started_at=_sec(s.started_at),
@@ -257,7 +248,7 @@ class RuntimeManager:
             image=s.image.image,
             image_ref=s.image_ref,
             image_id=getattr(s, "image_id", "") or "",
-            hash=ann.get(t.CONTAINER_HASH_ANNOTATION, ""),
+            hash=ann.get(names.CONTAINER_HASH_ANNOTATION, ""),
             restart_count=restarts,
             reason=s.reason,
             message=_with_termination_message(s),
@@ -267,8 +258,8 @@ class RuntimeManager:
 
     async def get_pod_status(self, uid: str) -> t.RuntimePodStatus:
         ts = time.time()
-        sandboxes = await self.runtime.list_pod_sandbox(pb.PodSandboxFilter(label_selector={t.POD_UID_LABEL: uid}))
-        containers = await self.runtime.list_containers(pb.ContainerFilter(label_selector={t.POD_UID_LABEL: uid}))
+        sandboxes = await self.runtime.list_pod_sandbox(pb.PodSandboxFilter(label_selector={names.POD_UID_LABEL: uid}))
+        containers = await self.runtime.list_containers(pb.ContainerFilter(label_selector={names.POD_UID_LABEL: uid}))
         st = t.RuntimePodStatus(uid=uid, timestamp=ts)
         for sb in sandboxes:
             st.name, st.namespace = sb.metadata.name, sb.metadata.namespace
@@ -294,8 +285,8 @@ class RuntimeManager:
             cs.sandbox_id = c.pod_sandbox_id
             st.containers.append(cs)
             if not st.name:
-                st.name = c.labels.get(t.POD_NAME_LABEL, "")
-                st.namespace = c.labels.get(t.POD_NAMESPACE_LABEL, "")
+                st.name = c.labels.get(names.POD_NAME_LABEL, "")
+                st.namespace = c.labels.get(names.POD_NAMESPACE_LABEL, "")
         st.sort()
         return st
 

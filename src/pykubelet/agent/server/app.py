@@ -44,6 +44,7 @@ from pykubelet.agent.server.auth import AuthError, KubeletAuth, request_attribut
 from pykubelet.agent.server.status import StatusError, status_response
 from pykubelet.agent.server.streaming import StreamingHandlers
 from pykubelet.agent.types import JSONObj, Pod
+from pykubelet.common import labels
 from pykubelet.common.apiclient import ApiClient
 from pykubelet.cri import CRIError, pb
 
@@ -251,7 +252,7 @@ class KubeletServer:
         for c in containers:
             if c.state != pb.CONTAINER_RUNNING:
                 continue
-            uid = dict(c.labels).get(cri_helpers.LABEL_UID, "")
+            uid = c.labels.get(labels.POD_UID_LABEL, "")
             if uid in pods:
                 pods[uid]["spec"]["containers"].append(
                     {"name": c.metadata.name, "image": c.image.image or c.image_ref, "resources": {}})

@@ -13,65 +13,53 @@ already-unwrapped list/status.
 
 from __future__ import annotations
 
-from typing import Any
-
-from cri_api.v1 import api_pb2 as pb
-
-LABEL_NS = "io.kubernetes.pod.namespace"
-LABEL_POD = "io.kubernetes.pod.name"
-LABEL_UID = "io.kubernetes.pod.uid"
-LABEL_CONTAINER = "io.kubernetes.container.name"
-ANN_RESTART = "io.kubernetes.container.restartCount"
+from pykubelet.agent.interfaces import RuntimeService
+from pykubelet.common import labels as names
+from pykubelet.cri import CRIError, pb
 
 
 class NotFound(Exception):
     pass
 
 
-def restart_count(c: Any) -> int:
+def restart_count(c: pb.Container) -> int:
     try:
-        return int(dict(c.annotations).get(ANN_RESTART, "0"))
-    except (TypeError, ValueError):
+        return int(c.annotations.get(names.CONTAINER_RESTART_COUNT_ANNOTATION, "0"))
+    except ValueError:
         return 0
 
 
-def _order_key(c: Any) -> tuple[int, int]:
-    return restart_count(c), int(getattr(c, "created_at", 0) or 0)
+def _order_key(c: pb.Container) -> tuple[int, int]:
+    return restart_count(c), c.created_at
 
 
-async def list_containers(runtime: Any, labels: dict[str, str]) -> list[Any]:
-    flt = pb.ContainerFilter(label_selector=labels)
-    resp = await runtime.list_containers(flt)
-    items = getattr(resp, "containers", resp)
-    out = [c for c in (items or []) if all(dict(c.labels).get(k) == v for k, v in labels.items())]
-    return out
-
-
-async def pod_containers(runtime: Any, namespace: str, pod: str, container: str,
-                         uid: str | None = None) -> list[Any]:
+async def pod_containers(runtime: RuntimeService, namespace: str, pod: str, container: str,
+                         uid: str | None = None) -> list[pb.Container]:
     """Instances of one container of a pod, newest first."""
-    labels = {LABEL_NS: namespace, LABEL_POD: pod, LABEL_CONTAINER: container}
+    selector = {names.POD_NAMESPACE_LABEL: namespace, names.POD_NAME_LABEL: pod,
+                names.CONTAINER_NAME_LABEL: container}
     if uid:
-        labels[LABEL_UID] = uid
-    items = await list_containers(runtime, labels)
-    return sorted(items, key=_order_key, reverse=True)
+        selector[names.POD_UID_LABEL] = uid
+    items = await runtime.list_containers(pb.ContainerFilter(label_selector=selector))
+    # a runtime that ignores the selector must not hand us other pods' containers
+    mine = [c for c in items if all(c.labels.get(k) == v for k, v in selector.items())]
+    return sorted(mine, key=_order_key, reverse=True)
 
 
-async def container_status(runtime: Any, container_id: str) -> Any:
-    resp = await runtime.container_status(container_id)
-    return getattr(resp, "status", resp)
+async def container_status(runtime: RuntimeService, container_id: str) -> pb.ContainerStatus:
+    return (await runtime.container_status(container_id)).status
 
 
-async def is_running(runtime: Any, container_id: str) -> bool:
+async def is_running(runtime: RuntimeService, container_id: str) -> bool:
     try:
         st = await container_status(runtime, container_id)
-    except Exception:
+    except CRIError:
         return False
-    return int(getattr(st, "state", pb.CONTAINER_EXITED)) == pb.CONTAINER_RUNNING
+    return st.state == pb.CONTAINER_RUNNING
 
 
-async def pick_container(runtime: Any, namespace: str, pod: str, container: str, *,
-                         uid: str | None = None, previous: bool = False) -> Any:
+async def pick_container(runtime: RuntimeService, namespace: str, pod: str, container: str, *,
+                         uid: str | None = None, previous: bool = False) -> pb.Container:
     items = await pod_containers(runtime, namespace, pod, container, uid)
     if not items:
         raise NotFound(f'container "{container}" in pod "{pod}" is waiting to start: ContainerCreating'
@@ -80,15 +68,15 @@ async def pick_container(runtime: Any, namespace: str, pod: str, container: str,
     if not previous:
         return items[0]
     for c in items[1:]:
-        if int(getattr(c, "state", 0)) != pb.CONTAINER_RUNNING:
+        if c.state != pb.CONTAINER_RUNNING:
             return c
     raise NotFound(f'previous terminated container "{container}" in pod "{pod}" not found')
 
 
-async def running_container(runtime: Any, namespace: str, pod: str, container: str,
-                            uid: str | None = None) -> Any:
+async def running_container(runtime: RuntimeService, namespace: str, pod: str, container: str,
+                            uid: str | None = None) -> pb.Container:
     items = await pod_containers(runtime, namespace, pod, container, uid)
     for c in items:
-        if int(getattr(c, "state", 0)) == pb.CONTAINER_RUNNING:
+        if c.state == pb.CONTAINER_RUNNING:
             return c
     raise NotFound(f'container "{container}" in pod "{pod}" is not running')

@@ -31,18 +31,19 @@ import contextlib
 import json
 import logging
 import shlex
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import WSMsgType, web
-from cri_api.v1 import api_pb2 as pb
 
+from pykubelet.agent.interfaces import ContainerRuntime
 from pykubelet.agent.server import cri_helpers
-from pykubelet.agent.server.status import status_response
+from pykubelet.agent.server.status import StatusError, status_response
 from pykubelet.common import upgradeproxy, wsstream
 from pykubelet.common.labels import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 from pykubelet.common.podutil import find_container
 from pykubelet.common.spdy import SpdySession, SpdyStream
+from pykubelet.cri import CRIError, pb
 
 log = logging.getLogger(__name__)
 
@@ -67,46 +68,45 @@ def _is_websocket(request: web.Request) -> bool:
 class StreamingHandlers:
     """aiohttp handlers for the streaming endpoints; ``find_pod(ns, name)`` returns the API pod or None."""
 
-    def __init__(self, *, runtime: Any, find_pod: Callable[[str, str], dict[str, Any] | None],
+    def __init__(self, *, runtime: ContainerRuntime, find_pod: Callable[[str, str], dict[str, Any] | None],
                  bridge_timeout: float = 30.0) -> None:
         self.runtime = runtime
         self.find_pod = find_pod
         self.timeout = bridge_timeout
 
     # ------------------------------------------------------------------ helpers
-    def _pod_or_404(self, ns: str, name: str) -> dict[str, Any] | web.Response:
+    def _pod_or_404(self, ns: str, name: str) -> dict[str, Any]:
         pod = self.find_pod(ns, name)
         if pod is None:
-            return status_response(404, "NotFound", f'pod "{name}" not found', name=name, kind="pods")
+            raise StatusError(404, "NotFound", f'pod "{name}" not found', name=name, kind="pods")
         return pod
 
-    async def _container_id(self, pod: dict[str, Any], ns: str, name: str, container: str) -> str | web.Response:
+    async def _container_id(self, pod: dict[str, Any], ns: str, name: str, container: str) -> str:
         if find_container(pod, container) is None:
-            return status_response(400, "BadRequest", f"container {container} is not valid for pod {name}")
+            raise StatusError(400, "BadRequest", f"container {container} is not valid for pod {name}")
         uid = (pod.get("metadata") or {}).get("uid")
         try:
             c = await cri_helpers.running_container(self.runtime, ns, name, container, uid)
         except cri_helpers.NotFound as e:
-            return status_response(400, "BadRequest", str(e))
-        except Exception as e:
-            return status_response(500, "InternalError", f"runtime error: {e}")
+            raise StatusError(400, "BadRequest", str(e)) from e
+        except CRIError as e:
+            raise StatusError(500, "InternalError", f"runtime error: {e}") from e
         return str(c.id)
 
-    async def _sandbox_id(self, pod: dict[str, Any], ns: str, name: str) -> str | web.Response:
+    async def _sandbox_id(self, pod: dict[str, Any], ns: str, name: str) -> str:
         labels = {POD_NAMESPACE_LABEL: ns, POD_NAME_LABEL: name}
         uid = (pod.get("metadata") or {}).get("uid")
         if uid:
             labels[POD_UID_LABEL] = uid
         try:
-            resp = await self.runtime.list_pod_sandbox(pb.PodSandboxFilter(label_selector=labels))
-        except Exception as e:
-            return status_response(500, "InternalError", f"runtime error: {e}")
-        items = [s for s in getattr(resp, "items", resp) or []
-                 if all(dict(s.labels).get(k) == v for k, v in labels.items())]
-        ready = [s for s in items if int(s.state) == pb.SANDBOX_READY]
+            items = await self.runtime.list_pod_sandbox(pb.PodSandboxFilter(label_selector=labels))
+        except CRIError as e:
+            raise StatusError(500, "InternalError", f"runtime error: {e}") from e
+        ready = [s for s in items if s.state == pb.SANDBOX_READY
+                 and all(s.labels.get(k) == v for k, v in labels.items())]
         if not ready:
-            return status_response(400, "BadRequest", f'pod "{name}" has no running sandbox')
-        ready.sort(key=lambda s: int(s.created_at), reverse=True)
+            raise StatusError(400, "BadRequest", f'pod "{name}" has no running sandbox')
+        ready.sort(key=lambda s: s.created_at, reverse=True)
         return str(ready[0].id)
 
     # ------------------------------------------------------------------ exec / attach
@@ -131,11 +131,7 @@ class StreamingHandlers:
         if not upgradeproxy.is_upgrade_request(request):
             return status_response(400, "BadRequest", "Upgrade request required")
         pod = self._pod_or_404(ns, name)
-        if isinstance(pod, web.Response):
-            return pod
         cid = await self._container_id(pod, ns, name, container)
-        if isinstance(cid, web.Response):
-            return cid
         try:
             if attach:
                 resp = await self.runtime.attach(pb.AttachRequest(container_id=cid, stdin=stdin, tty=tty,
@@ -154,25 +150,24 @@ class StreamingHandlers:
                                                    stderr=stderr, tty=tty)
         return await self._proxy_upgrade(request, url)
 
-    async def _open_runtime_spdy(self, url: str, protocol: str) -> wsstream.UpgradeResponse | web.Response:
+    async def _open_runtime_spdy(self, url: str, protocol: str) -> wsstream.UpgradeResponse:
         try:
             up = await wsstream.open_upgrade(url, method="POST", connect_timeout=self.timeout, headers=[
                 ("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1"),
                 (wsstream.STREAM_PROTOCOL_HEADER, protocol)])
         except (OSError, TimeoutError, ValueError) as e:
-            return status_response(500, "InternalError", f"error dialing container runtime streaming server: {e}")
+            raise StatusError(500, "InternalError",
+                              f"error dialing container runtime streaming server: {e}") from e
         if up.status != 101:
             body = await up.read_body()
             await up.conn.close()
-            return status_response(500, "InternalError",
-                                   f"runtime streaming server refused upgrade: {up.status} {body[:200]!r}")
+            raise StatusError(500, "InternalError",
+                              f"runtime streaming server refused upgrade: {up.status} {body[:200]!r}")
         return up
 
     async def _bridge_channels(self, request: web.Request, url: str, proto: str, *, stdin: bool,
                                stdout: bool, stderr: bool, tty: bool) -> web.StreamResponse:
         up = await self._open_runtime_spdy(url, wsstream.V4)
-        if isinstance(up, web.Response):
-            return up
         session = SpdySession(up.conn.read, up.conn.write, client=True)
         run_task = asyncio.ensure_future(session.run())
         streams: dict[str, SpdyStream] = {}
@@ -302,11 +297,7 @@ class StreamingHandlers:
         except ValueError:
             return status_response(400, "BadRequest", "invalid port")
         pod = self._pod_or_404(ns, name)
-        if isinstance(pod, web.Response):
-            return pod
         sid = await self._sandbox_id(pod, ns, name)
-        if isinstance(sid, web.Response):
-            return sid
         try:
             resp = await self.runtime.port_forward(pb.PortForwardRequest(pod_sandbox_id=sid, port=ports))
             url = str(resp.url)
@@ -318,8 +309,6 @@ class StreamingHandlers:
 
     async def _tunnel_port_forward(self, request: web.Request, url: str) -> web.StreamResponse:
         up = await self._open_runtime_spdy(url, wsstream.PORT_FORWARD)
-        if isinstance(up, web.Response):
-            return up
         ws = web.WebSocketResponse(protocols=(wsstream.SPDY_PORT_FORWARD_TUNNEL,), heartbeat=None, max_msg_size=0)
         await ws.prepare(request)
 
@@ -358,16 +347,9 @@ class StreamingHandlers:
         if not cmd:
             return status_response(400, "BadRequest", "you must specify a command (cmd)")
         pod = self._pod_or_404(ns, name)
-        if isinstance(pod, web.Response):
-            return pod
         cid = await self._container_id(pod, ns, name, container)
-        if isinstance(cid, web.Response):
-            return cid
-        call: Callable[..., Awaitable[Any]] | None = getattr(self.runtime, "exec_sync", None)
-        if call is None:
-            return status_response(501, "NotImplemented", "runtime does not support ExecSync")
         try:
-            resp = await call(cid, cmd, timeout=60)
-        except Exception as e:
+            resp = await self.runtime.exec_sync(cid, cmd, timeout=60)
+        except CRIError as e:
             return status_response(500, "InternalError", f"failed to exec in container: {e}")
         return web.Response(body=bytes(resp.stdout) + bytes(resp.stderr), content_type="text/plain")

@@ -28,6 +28,7 @@ from pykubelet.agent.container.runtime import (
     ContainerState,
     RuntimePodStatus,
 )
+from pykubelet.common.podutil import is_restartable_init_container
 
 Pod = dict[str, Any]
 
@@ -97,7 +98,7 @@ def container_statuses(
             running = latest.state == ContainerState.RUNNING
             started, ready = (probes or {}).get(name, (True, True)) if running else (False, False)
             st["started"] = started
-            if init and c.get("restartPolicy") != "Always":
+            if init and not is_restartable_init_container(c):
                 st["started"] = running
                 st["ready"] = latest.state == ContainerState.EXITED and latest.exit_code == 0
             else:
@@ -128,7 +129,7 @@ def get_phase(pod: Pod, init_statuses: list[dict[str, Any]], statuses: list[dict
     )
     pending_init = failed_init = 0
     for s in init_statuses:
-        sidecar = (inits.get(s["name"]) or {}).get("restartPolicy") == "Always"
+        sidecar = is_restartable_init_container(inits.get(s["name"]) or {})
         state = s["state"]
         if sidecar:
             if not s.get("started") and not regular_started:
@@ -270,7 +271,7 @@ def generate_api_status(
     unready = [s["name"] for s in statuses if not s["ready"]]
     unready += [
         s["name"] for s, c in zip(init_statuses, inits, strict=False)
-        if c.get("restartPolicy") == "Always" and not s["ready"]
+        if is_restartable_init_container(c) and not s["ready"]
     ]
     ready = not unready and initialized and phase == "Running"
     if phase in ("Succeeded", "Failed"):

@@ -26,14 +26,12 @@ from dataclasses import dataclass
 
 from pykubelet.agent.status.generate import KUBELET_CONDITIONS
 from pykubelet.agent.types import JSONObj, Pod
+from pykubelet.common import labels, podutil
 from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient, ApiError
 
 log = logging.getLogger(__name__)
 
-CONFIG_HASH = "kubernetes.io/config.hash"
-CONFIG_MIRROR = "kubernetes.io/config.mirror"
-CONFIG_SOURCE = "kubernetes.io/config.source"
 
 
 def _normalize(status: JSONObj) -> JSONObj:
@@ -120,7 +118,7 @@ class StatusManager:
         else:
             self._entries[uid] = _Entry(
                 namespace=md.get("namespace", "default"), name=md.get("name", ""), uid=uid,
-                static=ann.get(CONFIG_SOURCE, "api") != "api", config_hash=ann.get(CONFIG_HASH, ""),
+                static=podutil.is_static_pod(pod), config_hash=ann.get(labels.CONFIG_HASH_ANNOTATION, ""),
                 status=copy.deepcopy(status),
             )
         self._wake.set()
@@ -201,7 +199,7 @@ class StatusManager:
             raise
         md = pod.get("metadata") or {}
         if e.static:
-            if (md.get("annotations") or {}).get(CONFIG_MIRROR) != e.config_hash:
+            if (md.get("annotations") or {}).get(labels.CONFIG_MIRROR_ANNOTATION) != e.config_hash:
                 return  # not (yet) our mirror pod
         elif md.get("uid") != e.uid:
             log.info("pod %s/%s was recreated (uid %s != %s); dropping status", e.namespace, e.name,
