@@ -12,6 +12,7 @@ given, so ``compute_pod_actions`` sees an unchanged container unless the test ch
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,7 +79,7 @@ def pod(
     p: JSON = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": s}
     if status is not None:
         p["status"] = status
-    return p
+    return copy.deepcopy(p)  # nothing shared with the arguments or with other pods
 
 
 def pod_path(p: JSON) -> str:
@@ -120,7 +121,7 @@ def node(
         status["nodeInfo"] = node_info
     meta: JSON = {"name": name, "labels": {"kubernetes.io/hostname": name} if labels is None else labels}
     meta.update(metadata or {})
-    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": dict(spec), "status": status}
+    return copy.deepcopy({"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": spec, "status": status})
 
 
 # --------------------------------------------------------------------- the agent's runtime view

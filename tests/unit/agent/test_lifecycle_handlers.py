@@ -12,39 +12,10 @@ from aiohttp import web
 
 from pykubelet.agent.lifecycle import HandlerRunner, format_pod
 from pykubelet.cri import CRIError, pb
+from tests.builders import pod
+from tests.fakes import FakeClock, FakeEventRecorder, FakeExecRuntime
 
-POD = {"metadata": {"name": "web", "namespace": "default", "uid": "u1"}}
-
-
-class StubRuntime:
-    def __init__(self, exit_code: int = 0, stdout: bytes = b"", stderr: bytes = b"",
-                 error: Exception | None = None, block: bool = False) -> None:
-        self.exit_code, self.stdout, self.stderr, self.error, self.block = exit_code, stdout, stderr, error, block
-        self.calls: list[tuple[str, list[str], int]] = []
-
-    async def exec_sync(self, container_id: str, cmd: Any, timeout: int = 0) -> pb.ExecSyncResponse:  # noqa: ASYNC109
-        self.calls.append((container_id, list(cmd), timeout))
-        if self.block:
-            await asyncio.Event().wait()
-        if self.error is not None:
-            raise self.error
-        return pb.ExecSyncResponse(stdout=self.stdout, stderr=self.stderr, exit_code=self.exit_code)
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []
-
-    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        self.events.append((type_, reason, message))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+POD = pod("web", uid="u1")
 
 
 @pytest.fixture
@@ -72,7 +43,7 @@ def test_format_pod() -> None:
 
 
 async def test_exec_handler() -> None:
-    rt = StubRuntime()
+    rt = FakeExecRuntime()
     r = HandlerRunner(rt)
     c = {"name": "app"}
     assert await r.run(POD, c, "containerd://abc", {"exec": {"command": ["touch", "/x"]}}, pod_ip="", timeout=5) is None
@@ -88,7 +59,7 @@ async def test_exec_handler() -> None:
 
 async def test_http_handler(http_port: Any) -> None:
     port, seen = http_port
-    r = HandlerRunner(StubRuntime())
+    r = HandlerRunner(FakeExecRuntime())
     c = {"name": "app", "ports": [{"name": "web", "containerPort": port}]}
     try:
         assert await r.run(POD, c, "id", {"httpGet": {"port": "web", "path": "/hook"}},
@@ -105,7 +76,7 @@ async def test_http_handler(http_port: Any) -> None:
 
 
 async def test_sleep_and_invalid_handler() -> None:
-    r = HandlerRunner(StubRuntime())
+    r = HandlerRunner(FakeExecRuntime())
     assert await r.run(POD, {"name": "app"}, "id", {"sleep": {"seconds": 0}}, pod_ip="", timeout=5) is None
     msg = await r.run(POD, {"name": "app"}, "id", {"sleep": {"seconds": 30}}, pod_ip="", timeout=0.01)
     assert msg is not None and "container terminated before sleep hook finished" in msg
@@ -113,7 +84,7 @@ async def test_sleep_and_invalid_handler() -> None:
 
 
 async def test_post_start() -> None:
-    rt = StubRuntime(exit_code=1)
+    rt = FakeExecRuntime(exit_code=1)
     r = HandlerRunner(rt)
     assert await r.run_post_start(POD, {"name": "app"}, "id", pod_ip="") is None  # no hook
     c = {"name": "app", "lifecycle": {"postStart": {"exec": {"command": ["false"]}}}}
@@ -122,9 +93,9 @@ async def test_post_start() -> None:
 
 
 async def test_pre_stop_returns_remaining_grace_and_reports_failure() -> None:
-    clock = Clock()
-    rec = Recorder()
-    rt = StubRuntime(exit_code=0)
+    clock = FakeClock(0.0)
+    rec = FakeEventRecorder()
+    rt = FakeExecRuntime(exit_code=0)
     r = HandlerRunner(rt, rec, clock=clock)
     c = {"name": "app", "lifecycle": {"preStop": {"exec": {"command": ["drain"]}}}}
     assert await r.run_pre_stop(POD, {"name": "app"}, "id", pod_ip="", grace_seconds=30) == 30  # no hook
@@ -147,7 +118,7 @@ async def test_pre_stop_returns_remaining_grace_and_reports_failure() -> None:
 
 
 async def test_pre_stop_bounded_by_grace() -> None:
-    rt = StubRuntime(block=True)
+    rt = FakeExecRuntime(block=True)
     r = HandlerRunner(rt)
     c = {"name": "app", "lifecycle": {"preStop": {"exec": {"command": ["hang"]}}}}
     async with asyncio.timeout(5):

@@ -9,24 +9,10 @@ import pytest
 
 from pykubelet.agent.metrics import REGISTRY
 from pykubelet.agent.prober import Outcome, ProbeError, ProbeManager, ProbeType, Result, Worker
+from tests.builders import container, pod
+from tests.fakes import FakeClock, FakeEventRecorder
 
 S, F, U = Result.SUCCESS, Result.FAILURE, Result.UNKNOWN
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []
-
-    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        self.events.append((type_, reason, message))
 
 
 class StubProber:
@@ -56,18 +42,17 @@ class ManualManager(ProbeManager):
         pass
 
 
-def make_pod(uid: str = "u1", **probes: dict[str, Any]) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "app", "image": "busybox"}
-    for field, spec in probes.items():
-        container[field] = {"exec": {"command": ["true"]}, "tag": field, **spec}
-    return {"metadata": {"name": "web", "namespace": "default", "uid": uid},
-            "spec": {"containers": [container], "restartPolicy": "Always"}, "status": {"phase": "Running"}}
+def probed_pod(uid: str = "u1", **probes: dict[str, Any]) -> dict[str, Any]:
+    """Pod "web" whose container "app" has these probes (exec), each tagged with its field name so
+    StubProber can script outcomes per probe."""
+    app = container("app", **{f: {"exec": {"command": ["true"]}, "tag": f, **spec} for f, spec in probes.items()})
+    return pod("web", uid=uid, containers=[app], restart_policy="Always", status={"phase": "Running"})
 
 
 @pytest.fixture
-def env() -> tuple[ManualManager, StubProber, Recorder, Clock, list[str]]:
-    clock = Clock()
-    rec = Recorder()
+def env() -> tuple[ManualManager, StubProber, FakeEventRecorder, FakeClock, list[str]]:
+    clock = FakeClock()
+    rec = FakeEventRecorder()
     changes: list[str] = []
     m = ManualManager(object(), rec, clock=clock, wall_clock=clock, on_change=changes.append)  # type: ignore[arg-type]
     stub = StubProber()
@@ -81,7 +66,7 @@ def worker(m: ProbeManager, t: ProbeType, uid: str = "u1") -> Worker:
 
 async def test_readiness_defaults_and_threshold(env: Any) -> None:
     m, stub, rec, clock, changes = env
-    pod = make_pod(readinessProbe={"successThreshold": 2, "failureThreshold": 2})
+    pod = probed_pod(readinessProbe={"successThreshold": 2, "failureThreshold": 2})
     m.add_pod(pod)
     assert m.readiness("u1", "app") is F and m.liveness("u1", "app") is S  # no liveness probe -> success
     m.update_pod_status(pod, {"app": ("c1", True, clock.now)}, "198.18.0.2")
@@ -101,7 +86,7 @@ async def test_readiness_defaults_and_threshold(env: Any) -> None:
 
 async def test_initial_delay_uses_container_start(env: Any) -> None:
     m, stub, _rec, clock, _ = env
-    pod = make_pod(readinessProbe={"initialDelaySeconds": 10})
+    pod = probed_pod(readinessProbe={"initialDelaySeconds": 10})
     m.add_pod(pod)
     m.update_pod_status(pod, {"app": ("c1", True, clock.now)}, "ip")
     w = worker(m, ProbeType.READINESS)
@@ -115,7 +100,7 @@ async def test_initial_delay_uses_container_start(env: Any) -> None:
 
 async def test_startup_gates_liveness_and_readiness(env: Any) -> None:
     m, stub, _rec, clock, _ = env
-    pod = make_pod(startupProbe={"failureThreshold": 3}, livenessProbe={}, readinessProbe={})
+    pod = probed_pod(startupProbe={"failureThreshold": 3}, livenessProbe={}, readinessProbe={})
     m.add_pod(pod)
     m.update_pod_status(pod, {"app": ("c1", True, clock.now)}, "ip")
     live, ready, start = (worker(m, t) for t in (ProbeType.LIVENESS, ProbeType.READINESS, ProbeType.STARTUP))
@@ -137,7 +122,7 @@ async def test_startup_gates_liveness_and_readiness(env: Any) -> None:
 
 async def test_liveness_failure_holds_then_resets_on_restart(env: Any) -> None:
     m, stub, rec, clock, changes = env
-    pod = make_pod(livenessProbe={"failureThreshold": 2, "terminationGracePeriodSeconds": 5})
+    pod = probed_pod(livenessProbe={"failureThreshold": 2, "terminationGracePeriodSeconds": 5})
     pod["spec"]["terminationGracePeriodSeconds"] = 60
     m.add_pod(pod)
     m.update_pod_status(pod, {"app": ("c1", True, clock.now)}, "ip")
@@ -166,7 +151,7 @@ async def test_liveness_failure_holds_then_resets_on_restart(env: Any) -> None:
 
 async def test_startup_failure_kill_decision_and_pod_grace(env: Any) -> None:
     m, stub, _rec, clock, _ = env
-    pod = make_pod(startupProbe={"failureThreshold": 1})
+    pod = probed_pod(startupProbe={"failureThreshold": 1})
     m.add_pod(pod)
     m.update_pod_status(pod, {"app": ("c1", True, clock.now)}, "ip")
     stub.outcomes["startupProbe"] = [(Outcome.FAILURE, "x")]
@@ -178,7 +163,7 @@ async def test_startup_failure_kill_decision_and_pod_grace(env: Any) -> None:
 
 async def test_warning_counts_as_success_with_event(env: Any) -> None:
     m, stub, rec, clock, _ = env
-    pod = make_pod(readinessProbe={})
+    pod = probed_pod(readinessProbe={})
     m.add_pod(pod)
     m.update_pod_status(pod, {"app": ("c1", True, clock.now)}, "ip")
     stub.outcomes["readinessProbe"] = [(Outcome.WARNING, "Probe terminated redirects, Response body: ")]
@@ -190,7 +175,7 @@ async def test_warning_counts_as_success_with_event(env: Any) -> None:
 
 async def test_probe_error_is_discarded(env: Any) -> None:
     m, stub, rec, clock, _ = env
-    pod = make_pod(readinessProbe={})
+    pod = probed_pod(readinessProbe={})
     m.add_pod(pod)
     m.update_pod_status(pod, {"app": ("c1", True, clock.now)}, "ip")
     stub.outcomes["readinessProbe"] = [ProbeError("couldn't find port: x")]
@@ -201,7 +186,7 @@ async def test_probe_error_is_discarded(env: Any) -> None:
 
 async def test_not_running_and_terminal_pods(env: Any) -> None:
     m, _stub, _rec, clock, _ = env
-    pod = make_pod(readinessProbe={})
+    pod = probed_pod(readinessProbe={})
     pod["spec"]["restartPolicy"] = "Never"
     m.add_pod(pod)
     w = worker(m, ProbeType.READINESS)
@@ -213,7 +198,7 @@ async def test_not_running_and_terminal_pods(env: Any) -> None:
     m.update_pod_status(pod, {"app": ("c1", False, clock.now)}, "ip")
     assert not await w.step()  # exited with restartPolicy Never: worker stops
     assert m.readiness("u1", "app") is F
-    pod2 = make_pod("u2", readinessProbe={})
+    pod2 = probed_pod("u2", readinessProbe={})
     m.add_pod(pod2)
     pod2["status"]["phase"] = "Succeeded"
     assert not await worker(m, ProbeType.READINESS, "u2").step()
@@ -221,7 +206,7 @@ async def test_not_running_and_terminal_pods(env: Any) -> None:
 
 async def test_deleting_pod_liveness_reports_success(env: Any) -> None:
     m, stub, _rec, clock, _ = env
-    pod = make_pod(livenessProbe={"failureThreshold": 1})
+    pod = probed_pod(livenessProbe={"failureThreshold": 1})
     m.add_pod(pod)
     pod["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:00Z"
     m.update_pod_status(pod, {"app": ("c1", True, clock.now)}, "ip")
@@ -233,7 +218,7 @@ async def test_deleting_pod_liveness_reports_success(env: Any) -> None:
 async def test_remove_and_cleanup_pods(env: Any) -> None:
     m, _stub, _rec, clock, _ = env
     for uid in ("a", "b"):
-        pod = make_pod(uid, readinessProbe={}, livenessProbe={})
+        pod = probed_pod(uid, readinessProbe={}, livenessProbe={})
         m.add_pod(pod)
         m.update_pod_status(pod, {"app": (f"c-{uid}", True, clock.now)}, "ip")
         await worker(m, ProbeType.READINESS, uid).step()
@@ -247,7 +232,7 @@ async def test_remove_and_cleanup_pods(env: Any) -> None:
 
 async def test_metrics_recorded(env: Any) -> None:
     m, _stub, _rec, clock, _ = env
-    pod = make_pod("metrics-uid", readinessProbe={})
+    pod = probed_pod("metrics-uid", readinessProbe={})
     m.add_pod(pod)
     m.update_pod_status(pod, {"app": ("cm", True, clock.now)}, "ip")
     await worker(m, ProbeType.READINESS, "metrics-uid").step()
@@ -276,13 +261,13 @@ class RecordingManager(ProbeManager):
 
 @pytest.mark.parametrize("age, expected", [(0.0, [2.5, 5.0, 5.0]), (100.0, [5.0, 5.0, 5.0])])
 async def test_period_scheduling_with_first_run_jitter(age: float, expected: list[float]) -> None:
-    clock = Clock()
+    clock = FakeClock()
     m = RecordingManager(object(), None, clock=clock, wall_clock=clock, rand=lambda: 0.5,  # type: ignore[arg-type]
                          stop_after=3)
     clock.now += age
     stub = StubProber()
     m.prober = stub  # type: ignore[assignment]
-    pod = make_pod(readinessProbe={"periodSeconds": 5})
+    pod = probed_pod(readinessProbe={"periodSeconds": 5})
     m.update_pod_status(pod, {"app": ("c1", True, clock.now)}, "ip")
     m.add_pod(pod)
     async with asyncio.timeout(5):
@@ -294,13 +279,13 @@ async def test_period_scheduling_with_first_run_jitter(age: float, expected: lis
 
 
 async def test_new_container_wakes_worker() -> None:
-    clock = Clock()
+    clock = FakeClock()
     woke = asyncio.Event()
     m = ProbeManager(object(), None, clock=clock, wall_clock=clock, rand=lambda: 0.0,  # type: ignore[arg-type]
                      on_change=lambda uid: woke.set())
     stub = StubProber()
     m.prober = stub  # type: ignore[assignment]
-    pod = make_pod(readinessProbe={"periodSeconds": 3600})
+    pod = probed_pod(readinessProbe={"periodSeconds": 3600})
     m.add_pod(pod)
     await asyncio.sleep(0)
     await asyncio.sleep(0)

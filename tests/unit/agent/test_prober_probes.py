@@ -15,20 +15,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from pykubelet.agent.prober import Outcome, ProbeError, Prober
 from pykubelet.agent.prober.probes import probe_grpc, probe_tcp
-from pykubelet.cri import CRIError, pb
-
-
-class StubRuntime:
-    def __init__(self, exit_code: int = 0, stdout: bytes = b"", stderr: bytes = b"",
-                 error: Exception | None = None) -> None:
-        self.exit_code, self.stdout, self.stderr, self.error = exit_code, stdout, stderr, error
-        self.calls: list[tuple[str, list[str], int]] = []
-
-    async def exec_sync(self, container_id: str, cmd: Any, timeout: int = 0) -> pb.ExecSyncResponse:  # noqa: ASYNC109
-        self.calls.append((container_id, list(cmd), timeout))
-        if self.error is not None:
-            raise self.error
-        return pb.ExecSyncResponse(stdout=self.stdout, stderr=self.stderr, exit_code=self.exit_code)
+from pykubelet.cri import CRIError
+from tests.fakes import FakeExecRuntime
 
 
 @pytest.fixture
@@ -74,7 +62,7 @@ def _http_probe(port: Any, path: str, timeout: float = 2, **kw: Any) -> dict[str
 
 async def test_http_probe_outcomes(http_server: Any) -> None:
     port, seen = http_server
-    prober = Prober(StubRuntime())
+    prober = Prober(FakeExecRuntime())
     container = {"name": "app", "ports": [{"name": "web", "containerPort": port}]}
     try:
         out, body = await prober.run(_http_probe("web", "/ok", httpHeaders=[{"name": "X-Probe", "value": "1"}]),
@@ -116,7 +104,7 @@ async def test_http_probe_connection_refused_and_bad_port() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens
-    prober = Prober(StubRuntime())
+    prober = Prober(FakeExecRuntime())
     try:
         out, msg = await prober.run(_http_probe(port, "/"), {"name": "app"}, "cid", "127.0.0.1")
         assert out is Outcome.FAILURE and "connection refused" in msg
@@ -131,7 +119,7 @@ async def test_tcp_probe() -> None:
     port = server.sockets[0].getsockname()[1]
     try:
         assert (await probe_tcp("127.0.0.1", port, 1))[0] is Outcome.SUCCESS
-        prober = Prober(StubRuntime())
+        prober = Prober(FakeExecRuntime())
         out, _ = await prober.run({"tcpSocket": {"port": "p"}, "timeoutSeconds": 1},
                                   {"name": "c", "ports": [{"name": "p", "containerPort": port}]}, "cid", "127.0.0.1")
         assert out is Outcome.SUCCESS
@@ -143,7 +131,7 @@ async def test_tcp_probe() -> None:
 
 
 async def test_exec_probe_via_stub_runtime() -> None:
-    rt = StubRuntime(exit_code=0, stdout=b"fine")
+    rt = FakeExecRuntime(exit_code=0, stdout=b"fine")
     prober = Prober(rt)
     spec = {"exec": {"command": ["check", "$(MODE)"]}, "timeoutSeconds": 3}
     container = {"name": "c", "env": [{"name": "MODE", "value": "deep"}]}
@@ -199,7 +187,7 @@ async def test_grpc_probe(grpc_health: Any) -> None:
     assert out is Outcome.FAILURE and msg == 'service unhealthy (responded with "7")'
     out, msg = await probe_grpc("127.0.0.1", port, "other", 2)
     assert out is Outcome.FAILURE and "NotFound" in msg
-    prober = Prober(StubRuntime())
+    prober = Prober(FakeExecRuntime())
     assert (await prober.run({"grpc": {"port": port}, "timeoutSeconds": 2}, {"name": "c"}, "cid",
                              "127.0.0.1"))[0] is Outcome.SUCCESS
 
