@@ -19,11 +19,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from cri_api.v1 import api_pb2 as pb
 
 from pykubelet.agent.server import KubeletServer
-
-
-def _pod(name: str, containers: list[str], ns: str = "default", uid: str = "uid-1") -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": ns, "uid": uid},
-            "spec": {"containers": [{"name": c, "image": "busybox"} for c in containers]}}
+from tests.builders import pod
+from tests.fakes import FakeApi
 
 
 class StubKubelet:
@@ -90,17 +87,14 @@ class StubRuntime:
             fs_id=pb.FilesystemIdentifier(mountpoint="/"), used_bytes=pb.UInt64Value(value=42))])
 
 
-class StubApi:
-    def __init__(self, *, allowed: bool = True) -> None:
-        self.allowed = allowed
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-
-    async def create(self, path: str, body: dict[str, Any], params: Any = None) -> dict[str, Any]:
-        self.calls.append((path, body))
-        if path.endswith("tokenreviews"):
-            ok = body["spec"]["token"] == "good"
-            return {"status": {"authenticated": ok, "user": {"username": "alice", "groups": ["devs"]}}}
-        return {"status": {"allowed": self.allowed}}
+def review_api(authz: SimpleNamespace) -> FakeApi:
+    """The API as the kubelet's webhook auth sees it: token "good" is alice (group devs); every
+    SubjectAccessReview answers ``authz.allowed``."""
+    api = FakeApi()
+    api.react("create", "tokenreviews", lambda _v, _p, body: {"status": {
+        "authenticated": body["spec"]["token"] == "good", "user": {"username": "alice", "groups": ["devs"]}}})
+    api.react("create", "subjectaccessreviews", lambda _v, _p, _b: {"status": {"allowed": authz.allowed}})
+    return api
 
 
 def _config(**kw: Any) -> SimpleNamespace:
@@ -127,7 +121,7 @@ def _line(ts: str, stream: str, tag: str, msg: str) -> str:
 
 @pytest.fixture
 def env(tmp_path: Path) -> SimpleNamespace:
-    kubelet = StubKubelet([_pod("web", ["main", "side"])])
+    kubelet = StubKubelet([pod("web", containers=["main", "side"], uid="uid-1")])
     runtime = StubRuntime()
     logdir = tmp_path / "pods" / "default_web_uid-1" / "main"
     logdir.mkdir(parents=True)
@@ -139,14 +133,15 @@ def env(tmp_path: Path) -> SimpleNamespace:
         + _line("2026-01-01T00:00:03Z", "stdout", "F", "last"))
     runtime.add("c0", "web", "main", 0, pb.CONTAINER_EXITED, str(logdir / "0.log"))
     runtime.add("c1", "web", "main", 1, pb.CONTAINER_EXITED, str(logdir / "1.log"))
-    api = StubApi()
+    authz = SimpleNamespace(allowed=True)
+    api = review_api(authz)
     nodelogs = tmp_path / "varlog"
     nodelogs.mkdir()
     (nodelogs / "syslog").write_text("node says hi\n")
     (tmp_path / "secret").write_text("nope")
     opts = SimpleNamespace(config=_config(), node_name="n1", root_dir=tmp_path / "kubelet", node_ip="127.0.0.1")
     server = KubeletServer(pods=kubelet, runtime=runtime, options=opts, api=api, node_log_dir=str(nodelogs))
-    return SimpleNamespace(kubelet=kubelet, runtime=runtime, api=api, server=server, logdir=logdir, tmp=tmp_path)
+    return SimpleNamespace(kubelet=kubelet, runtime=runtime, api=api, authz=authz, server=server, logdir=logdir, tmp=tmp_path)
 
 
 async def _client(app: aiohttp.web.Application) -> TestClient:
@@ -212,11 +207,11 @@ async def test_auth_401_403_and_allowed(env: SimpleNamespace) -> None:
         assert r.status == 200
         body = await r.json()
         assert body["kind"] == "PodList" and body["items"][0]["metadata"]["name"] == "web"
-        sar = [b for p, b in env.api.calls if p.endswith("subjectaccessreviews")][-1]
+        sar = [b for _v, p, b in env.api.calls if p.endswith("subjectaccessreviews")][-1]
         assert sar["spec"]["user"] == "alice"
         assert sar["spec"]["resourceAttributes"]["subresource"] == "proxy"
         assert sar["spec"]["resourceAttributes"]["name"] == "n1"
-        env.api.allowed = False
+        env.authz.allowed = False
         r = await c.get("/metrics", headers=AUTH)
         assert r.status == 403
         assert "subresource=metrics" in await r.text()
@@ -234,7 +229,7 @@ async def test_anonymous_when_enabled(env: SimpleNamespace) -> None:
     try:
         r = await c.get("/healthz")
         assert r.status == 200 and await r.text() == "ok"
-        sar = [b for p, b in env.api.calls if p.endswith("subjectaccessreviews")][-1]
+        sar = [b for _v, p, b in env.api.calls if p.endswith("subjectaccessreviews")][-1]
         assert sar["spec"]["user"] == "system:anonymous"
     finally:
         await c.close()
@@ -261,7 +256,7 @@ async def test_node_logs_and_traversal(env: SimpleNamespace) -> None:
     try:
         r = await c.get("/logs/", headers=AUTH)
         assert r.status == 200 and "syslog" in await r.text()
-        sar = [b for p, b in env.api.calls if p.endswith("subjectaccessreviews")][-1]
+        sar = [b for _v, p, b in env.api.calls if p.endswith("subjectaccessreviews")][-1]
         assert sar["spec"]["resourceAttributes"]["subresource"] == "log"
         r = await c.get("/logs/syslog", headers=AUTH)
         assert await r.text() == "node says hi\n"
@@ -362,7 +357,7 @@ async def test_tls_listener_with_client_cert(env: SimpleNamespace) -> None:
         async with aiohttp.ClientSession() as s:
             async with s.get(f"https://127.0.0.1:{port}/pods", ssl=ctx) as r:
                 assert r.status == 200
-            sar = [b for p, b in env.api.calls if p.endswith("subjectaccessreviews")][-1]
+            sar = [b for _v, p, b in env.api.calls if p.endswith("subjectaccessreviews")][-1]
             assert sar["spec"]["user"] == "kube-apiserver-kubelet-client"
             assert sar["spec"]["groups"] == ["system:masters"]
             noclient = ssl.create_default_context(cafile=str(env.tmp / "kubelet" / "pki" / "kubelet.crt"))

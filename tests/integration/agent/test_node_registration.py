@@ -15,6 +15,7 @@ from pykubelet.agent.sources.file import manifest_pods
 from pykubelet.agent.sources.mirror import MirrorClient
 from pykubelet.common.apiclient import ApiClient, ApiError
 from pykubelet.cri import CRIClient
+from tests.fakes import FakeEventRecorder
 
 server_main = pytest.importorskip("pykubelet.server.main")
 fakecri_server = pytest.importorskip("pykubelet.fakecri.server")
@@ -47,20 +48,12 @@ async def env(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     await grpc_server.stop(0)
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.reasons: list[str] = []
-
-    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        self.reasons.append(reason)
-
-
 async def test_register_status_lease_and_reregister(env: dict[str, Any]) -> None:
     opts = load_options([
         "--hostname-override", "node-1", "--node-ip", "198.18.0.10", "--root-dir", str(env["tmp"]),
         "--node-labels", "role=edge", "--register-with-taints", "dedicated=infra:NoSchedule",
     ])
-    rec = Recorder()
+    rec = FakeEventRecorder()
     mgr = NodeStatusManager(options=opts, api=env["node_api"], runtime=env["runtime"], recorder=rec)
     mgr.lease.renew_interval = 0.2
     await mgr.start()

@@ -15,14 +15,7 @@ from pykubelet.agent.lifecycle import HandlerRunner
 from pykubelet.agent.prober import ProbeManager, ProbeType, Result
 from pykubelet.cri import CRIClient, pb
 from pykubelet.fakecri import FakeRuntime, serve
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []
-
-    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        self.events.append((type_, reason, message))
+from tests.fakes import FakeEventRecorder
 
 
 @pytest.fixture
@@ -53,7 +46,7 @@ async def cri() -> AsyncIterator[tuple[CRIClient, str, str]]:
 
 async def test_exec_probes_via_fake_cri(cri: Any) -> None:
     client, cid, ip = cri
-    rec = Recorder()
+    rec = FakeEventRecorder()
     changed: list[str] = []
     woke = asyncio.Event()
 
@@ -84,7 +77,7 @@ async def test_exec_probes_via_fake_cri(cri: Any) -> None:
 
 async def test_exec_lifecycle_hooks_via_fake_cri(cri: Any) -> None:
     client, cid, ip = cri
-    runner = HandlerRunner(client, Recorder())
+    runner = HandlerRunner(client, FakeEventRecorder())
     container = {"name": "app", "lifecycle": {"postStart": {"exec": {"command": ["touch", "/started"]}},
                                               "preStop": {"exec": {"command": ["sh", "-c", "drain"]}}}}
     pod = {"metadata": {"name": "web", "namespace": "default", "uid": "uid1"}}
