@@ -35,7 +35,9 @@ Upstream behaviour followed (pkg/controller/nodelifecycle, pkg/controller/tainte
 - NoExecute eviction: a pod on the node that does not tolerate every NoExecute taint is deleted
   at once; otherwise at taint time + the smallest tolerationSeconds of the tolerations used (never
   if none of them sets it); before deletion the pod gets DisruptionTarget=True
-  (reason DeletionByTaintManager).
+  (reason DeletionByTaintManager). Matching is ``common.tolerations`` (one rule for scheduler,
+  controller and agent). The deletion is graceful: the kubelet stops the containers and deletes the
+  pod for good -- if its runtime is down that waits until the runtime is back, never longer.
 """
 
 from __future__ import annotations
@@ -46,12 +48,13 @@ import copy
 import json
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from pykubelet.common.apiclient import ApiError
+from pykubelet.common.tolerations import matching_tolerations
 
 log = logging.getLogger(__name__)
 
@@ -211,15 +214,15 @@ def desired_taints(node: Obj, now: datetime) -> list[Obj]:
     return out
 
 
-def _tolerates(tol: Obj, taint: Obj) -> bool:
-    if tol.get("effect") and tol.get("effect") != taint.get("effect"):
-        return False
-    if tol.get("key") and tol.get("key") != taint.get("key"):
-        return False
-    op = tol.get("operator") or "Equal"
-    if op == "Exists":
-        return True
-    return op == "Equal" and (tol.get("value") or "") == (taint.get("value") or "")
+def _toleration_seconds(tol: Mapping[str, Any]) -> int | None:
+    """A toleration's tolerationSeconds (None: forever; a malformed value counts as forever)."""
+    value = tol.get("tolerationSeconds")
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
 
 
 def eviction_time(pod: Obj, taints: list[Obj], now: datetime) -> datetime | None:
@@ -227,14 +230,14 @@ def eviction_time(pod: Obj, taints: list[Obj], now: datetime) -> datetime | None
     noexec = [t for t in taints if t.get("effect") == "NoExecute"]
     if not noexec:
         return None
-    tolerations = [t for t in _spec(pod).get("tolerations") or [] if isinstance(t, dict)]
-    used: list[Obj] = []
+    tolerations = _spec(pod).get("tolerations") or []
+    used: list[Mapping[str, Any]] = []
     for taint in noexec:
-        match = [tol for tol in tolerations if _tolerates(tol, taint)]
+        match = matching_tolerations(tolerations, taint)
         if not match:
             return now
         used.extend(match)
-    seconds = [int(t["tolerationSeconds"]) for t in used if t.get("tolerationSeconds") is not None]
+    seconds = [s for s in (_toleration_seconds(t) for t in used) if s is not None]
     if not seconds:
         return None
     minimum = min(seconds)

@@ -282,3 +282,10 @@ def test_pods_are_marked_when_ready_leaves_true_or_a_retry_is_pending() -> None:
     assert node_ready_left_true("False", "False", retry=True)
     assert not node_ready_left_true("Unknown", "True", retry=True)
     assert not node_ready_left_true(None, "False", retry=False)
+
+
+def test_a_malformed_toleration_seconds_never_crashes_eviction() -> None:
+    taints = [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": fmt_time(T0)}]
+    odd = [{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+            "tolerationSeconds": "soon"}, "not-a-toleration"]
+    assert eviction_time(pod("p", odd), taints, T0) is None  # tolerated, for ever
