@@ -111,3 +111,12 @@ def test_heartbeat_calls_time_out_like_upstreams_heartbeat_client() -> None:
     assert heartbeat_timeout(10.0, 40) == 10.0
     assert heartbeat_timeout(60.0, 40) == 40.0
     assert heartbeat_timeout(1.0, 40) == 5.0  # floored: a busy machine is not an outage
+
+
+def test_a_node_that_is_not_ready_is_rechecked_every_second() -> None:
+    opts = load_options(["--hostname-override", "node-1", "--node-status-update-frequency", "10s"])
+    mgr = NodeStatusManager(options=opts, api=None, runtime=None)  # type: ignore[arg-type]
+    mgr.node = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert mgr.next_update_in() == 10.0
+    mgr.node = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]}}
+    assert mgr.next_update_in() == 1.0

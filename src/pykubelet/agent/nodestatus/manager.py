@@ -17,7 +17,9 @@ Design: ``NodeStatusManager`` owns the Node object's lifecycle on behalf of the 
    Ready=Unknown and tainted the node meanwhile; the kubelet's own view never changed, so a
    comparison with the last *sent* status would wait for the 5-minute report tick. A Lease renewal
    that succeeds after failures also triggers an immediate status update, so Lease and status
-   recover together, within one update period of the API server's return.
+   recover together, within one update period of the API server's return. While the node is not
+   Ready the status is re-computed every second (sent only if it changed), so a runtime that comes
+   back (containerd restarted by its supervisor) makes the node Ready within about a second.
    Heartbeat requests (node GET/PATCH and the Lease) carry a timeout of
    min(nodeStatusUpdateFrequency, nodeLeaseDurationSeconds) like upstream's heartbeat client,
    floored at 5 s so a loaded machine does not turn slow answers into failures.
@@ -55,6 +57,7 @@ Obj = dict[str, Any]
 
 MERGE_PATCH = "application/merge-patch+json"
 MIN_HEARTBEAT_TIMEOUT = 5.0
+NOT_READY_RECHECK = 1.0
 
 
 def heartbeat_timeout(update_frequency: float, lease_duration_seconds: float) -> float:
@@ -389,7 +392,24 @@ class NodeStatusManager:
             except Exception:
                 log.exception("node status update failed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), self.options.config.node_status_update_frequency)
+                await asyncio.wait_for(self._kick.wait(), self.next_update_in())
+
+    def next_update_in(self) -> float:
+        """Seconds to the next status update: the update period, but at most NOT_READY_RECHECK while
+        this node's Ready is not True (a runtime restarting, PLEG catching up), so the node is
+        reported Ready again within about a second of being ready rather than a full period later.
+        Only a *change* is sent, so re-checking costs CRI and /proc reads, not API writes."""
+        period = self.options.config.node_status_update_frequency
+        if self.ready_status() != "True":
+            return min(period, NOT_READY_RECHECK)
+        return period
+
+    def ready_status(self) -> str | None:
+        """Ready condition of the Node as last read from or written to the server."""
+        for c in ((self.node or {}).get("status") or {}).get("conditions") or []:
+            if isinstance(c, dict) and c.get("type") == "Ready":
+                return str(c.get("status"))
+        return None
 
     async def start(self) -> None:
         """Record Starting and run registration + status + lease in the background."""
