@@ -33,9 +33,14 @@ POD_IP = "198.18.0.2"
 # ---------------------------------------------------------------------------------- API objects
 
 
-def container(name: str = "c", image: str = "busybox", **fields: Any) -> JSON:
-    """A container spec; ``fields`` are further container fields (command, ports, restartPolicy...)."""
-    return {"name": name, "image": image, **fields}
+def container(name: str = "c", image: str = "busybox", *, requests: dict[str, str] | None = None,
+              limits: dict[str, str] | None = None, **fields: Any) -> JSON:
+    """A container spec; ``requests``/``limits`` fill ``resources``; ``fields`` are further container
+    fields (command, ports, restartPolicy...)."""
+    c: JSON = {"name": name, "image": image, **fields}
+    if requests is not None or limits is not None:
+        c["resources"] = {k: v for k, v in (("requests", requests), ("limits", limits)) if v is not None}
+    return c
 
 
 def _containers(items: Sequence[JSON | str]) -> list[JSON]:
