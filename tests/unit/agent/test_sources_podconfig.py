@@ -122,3 +122,22 @@ def test_apply_event_ignores_other_nodes_and_deletes() -> None:
     assert src.apply_event("ADDED", api_pod("z"))
     assert src.apply_event("DELETED", api_pod("z"))
     assert src.store == {}
+
+
+def test_one_watch_event_hands_over_only_that_pod() -> None:
+    q: asyncio.Queue[PodUpdate] = asyncio.Queue()
+    cfg = PodConfig(q)
+    src = ApiServerSource(None, "n1", cfg)  # type: ignore[arg-type]
+    for name in ("a", "b", "c"):
+        src.apply_event("ADDED", api_pod(name))
+    drained = [q.get_nowait() for _ in range(q.qsize())]
+    assert [(u.op, len(u.pods)) for u in drained] == [(PodOp.ADD, 1)] * 3
+    changed = api_pod("b")
+    changed["status"] = {"phase": "Running"}
+    src.apply_event("MODIFIED", changed)
+    u = q.get_nowait()
+    assert u.op is PodOp.RECONCILE and [p["metadata"]["name"] for p in u.pods] == ["b"]
+    assert q.empty()
+    src.apply_event("DELETED", api_pod("a"))
+    u = q.get_nowait()
+    assert u.op is PodOp.REMOVE and [p["metadata"]["name"] for p in u.pods] == ["a"]

@@ -6,6 +6,8 @@ store is handed to ``PodConfig.set("api", ...)``, which diffs it into ADD/UPDATE
 RECONCILE (upstream uses an UndeltaStore pushing SET the same way).
 
 Upstream reflector behaviour followed:
+- each watch event hands PodConfig the change of that one pod (``PodConfig.update``/``remove``);
+  only a (re)list hands over the whole store, which PodConfig diffs against what it had;
 - a watch that ends (server timeout, ``timeoutSeconds`` of 5-10 min) or breaks is resumed from the
   last resourceVersion seen (including BOOKMARK events), so nothing is missed and nothing relisted;
 - 410 Gone/Expired (the resourceVersion is too old) → full relist; pods that vanished while we were
@@ -87,7 +89,8 @@ class ApiServerSource:
         self._push()
 
     def apply_event(self, etype: str, obj: Pod) -> bool:
-        """Apply one watch event to the store; returns True when the store changed."""
+        """Apply one watch event to the store and hand the change of that one pod to PodConfig
+        (never the whole store: a watch event costs O(1), not O(pods)); True when the store changed."""
         meta = obj.get("metadata") or {}
         rv = meta.get("resourceVersion")
         if rv:
@@ -98,9 +101,16 @@ class ApiServerSource:
         if not uid:
             return False
         if etype == "DELETED" or (etype in ("ADDED", "MODIFIED") and not self._mine(obj)):
-            return self.store.pop(uid, None) is not None
+            if self.store.pop(uid, None) is None:
+                return False
+            self.config.remove(SOURCE, uid)
+            return True
         if etype in ("ADDED", "MODIFIED"):
             self.store[uid] = obj
+            if is_mirror_pod(obj):
+                self.config.remove(SOURCE, uid)  # the kubelet runs static pods from their file
+            else:
+                self.config.update(SOURCE, obj)
             return True
         return False
 
@@ -111,8 +121,7 @@ class ApiServerSource:
         async for etype, obj in self.api.watch(
             "/api/v1/pods", resource_version=self.resource_version, params=self._params, timeout_seconds=timeout
         ):
-            if self.apply_event(etype, obj):
-                self._push()
+            self.apply_event(etype, obj)
             if deadline is not None and time.monotonic() >= deadline:
                 return
 

@@ -1,10 +1,11 @@
 """Merge pod sources into the kubelet's PodUpdate queue (upstream ``pkg/kubelet/config/config.go``).
 
-Design: every source hands ``PodConfig.set(source, pods)`` its *complete* current list (upstream's
-SET operation: the API source via an undelta store, the file source after each scan).  PodConfig
-keeps the last list per source and diffs it into incremental ``PodUpdate`` values, which is what
-the sync loop consumes.  Diffing lives in one pure function (``diff_pods``) so the semantics are
-unit-tested without queues.
+Design: a source hands ``PodConfig.set(source, pods)`` its *complete* current list (upstream's SET
+operation: the file source after each scan, the API source after each (re)list), or the change of
+one pod (``update``/``remove``: the API source for each watch event, so an event costs O(1), not
+O(pods) as diffing the whole store did). PodConfig keeps the last state per source and diffs into
+incremental ``PodUpdate`` values, which is what the sync loop consumes. Diffing one pod lives in one
+pure function (``_diff_one``, used by ``diff_pods``) so the semantics are unit-tested without queues.
 
 Upstream behaviour followed (``PodConfig.merge`` / ``checkAndUpdatePod``):
 - every pod is annotated ``kubernetes.io/config.source=<source>``; new pods get
@@ -19,9 +20,8 @@ Pods handed to the engine are deep copies, so the engine never shares dicts with
 sources. On the way in only what PodConfig writes is copied (the top-level dict, ``metadata`` and
 ``annotations``); spec, status and the rest stay shared with the source's object. Sources never
 mutate a pod after handing it over (the API source replaces store entries per watch event, the file
-source hands out fresh copies), and the API source hands over its *whole* store on every event: a
-deep copy of every pod per event made the state a third full copy of each pod (~18 kB with 110
-pods: ~2 MB) and cost O(pods) deep copies per watch event.
+source hands out fresh copies); a deep copy of every pod made the state a third full copy of each
+pod (~18 kB with 110 pods: ~2 MB).
 """
 
 from __future__ import annotations
@@ -103,39 +103,44 @@ def _annotatable_copy(raw: Pod) -> Pod:
     return ref
 
 
+def _diff_one(d: Diff, old: dict[str, Pod], raw: Pod, source: str, now: float) -> None:
+    """Add to ``d`` what one pod from ``source`` means against the source's previous state."""
+    uid = pod_uid(raw)
+    if not uid:
+        log.warning("ignoring pod without uid from source %s: %s", source,
+                    (raw.get("metadata") or {}).get("name"))
+        return
+    if uid in d.state:
+        return  # duplicate in one list: first wins (upstream filterInvalidPods)
+    ref = _annotatable_copy(raw)
+    meta = ref["metadata"]
+    ann = meta["annotations"]
+    ann[CONFIG_SOURCE_ANNOTATION] = source
+    existing = old.get(uid)
+    if existing is None:
+        ann.setdefault(CONFIG_SEEN_ANNOTATION, format_seen(now))
+        d.adds.append(ref)
+        d.state[uid] = ref
+        return
+    seen = ((existing.get("metadata") or {}).get("annotations") or {}).get(CONFIG_SEEN_ANNOTATION)
+    if seen is not None:
+        ann[CONFIG_SEEN_ANNOTATION] = seen
+    d.state[uid] = ref
+    if _semantic(existing) == _semantic(ref):
+        if existing.get("status") != ref.get("status"):
+            d.reconciles.append(ref)
+        return
+    if meta.get("deletionTimestamp"):
+        d.deletes.append(ref)
+    else:
+        d.updates.append(ref)
+
+
 def diff_pods(old: dict[str, Pod], new: list[Pod], source: str, now: float) -> Diff:
     """Pure: compare a source's previous state (uid → pod) with its new full list."""
     d = Diff()
     for raw in new:
-        uid = pod_uid(raw)
-        if not uid:
-            log.warning("ignoring pod without uid from source %s: %s", source,
-                        (raw.get("metadata") or {}).get("name"))
-            continue
-        if uid in d.state:
-            continue  # duplicate in one list: first wins (upstream filterInvalidPods)
-        ref = _annotatable_copy(raw)
-        meta = ref["metadata"]
-        ann = meta["annotations"]
-        ann[CONFIG_SOURCE_ANNOTATION] = source
-        existing = old.get(uid)
-        if existing is None:
-            ann.setdefault(CONFIG_SEEN_ANNOTATION, format_seen(now))
-            d.adds.append(ref)
-            d.state[uid] = ref
-            continue
-        seen = ((existing.get("metadata") or {}).get("annotations") or {}).get(CONFIG_SEEN_ANNOTATION)
-        if seen is not None:
-            ann[CONFIG_SEEN_ANNOTATION] = seen
-        d.state[uid] = ref
-        if _semantic(existing) == _semantic(ref):
-            if existing.get("status") != ref.get("status"):
-                d.reconciles.append(ref)
-            continue
-        if meta.get("deletionTimestamp"):
-            d.deletes.append(ref)
-        else:
-            d.updates.append(ref)
+        _diff_one(d, old, raw, source, now)
     for uid, pod in old.items():
         if uid not in d.state:
             d.removes.append(pod)
@@ -162,6 +167,22 @@ class PodConfig:
         """Replace ``source``'s pods with ``pods``; queue and return the resulting updates."""
         diff = diff_pods(self._state.get(source, {}), pods, source, self.clock())
         self._state[source] = diff.state
+        return self._emit(source, diff)
+
+    def update(self, source: str, pod: Pod) -> list[PodUpdate]:
+        """One pod of ``source`` was added or changed (a watch event): O(1), not O(pods)."""
+        state = self._state.setdefault(source, {})
+        diff = Diff()
+        _diff_one(diff, state, pod, source, self.clock())
+        state.update(diff.state)
+        return self._emit(source, diff)
+
+    def remove(self, source: str, uid: str) -> list[PodUpdate]:
+        """One pod left ``source`` (deleted, moved to another node)."""
+        pod = self._state.setdefault(source, {}).pop(uid, None)
+        return self._emit(source, Diff(removes=[pod] if pod is not None else []))
+
+    def _emit(self, source: str, diff: Diff) -> list[PodUpdate]:
         out = diff.updates_in_order(source)
         for u in out:
             self.updates.put_nowait(u)
