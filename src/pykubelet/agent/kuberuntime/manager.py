@@ -593,15 +593,8 @@ class RuntimeManager:
             dead = [c for c in group if c.state == t.ContainerState.EXITED]
             keep = dead[:1]
             for c in dead:
-                if c in keep:
-                    continue
-                try:
-                    await self.runtime.remove_container(c.id)
-                except CRIError as e:
-                    if not e.not_found:
-                        log.warning("remove container %s: %s", c.id, e)
-                        continue
-                await self._remove_container_logs(status, c)
+                if c not in keep:
+                    await self._remove_container(status, c)
         live_sandbox_ids = {c.sandbox_id for c in status.containers}
         for sb in status.sandboxes[1:]:
             if sb.ready or sb.id in live_sandbox_ids:
@@ -612,16 +605,20 @@ class RuntimeManager:
                 if not e.not_found:
                     log.warning("remove sandbox %s: %s", sb.id, e)
 
+    async def _remove_container(self, status: t.RuntimePodStatus, c: t.ContainerRuntimeStatus) -> None:
+        """RemoveContainer, then its log files and legacy link (kept if the removal failed)."""
+        try:
+            await self.runtime.remove_container(c.id)
+        except CRIError as e:
+            if not e.not_found:
+                log.warning("remove container %s: %s", c.id, e)
+                return
+        await self._remove_container_logs(status, c)
+
     async def remove_pod(self, status: t.RuntimePodStatus) -> None:
         """Remove all containers and sandboxes of a pod that is gone (after it was killed)."""
         for c in status.containers:
-            try:
-                await self.runtime.remove_container(c.id)
-            except CRIError as e:
-                if not e.not_found:
-                    log.warning("remove container %s: %s", c.id, e)
-                    continue
-            await self._remove_container_logs(status, c)
+            await self._remove_container(status, c)
         for sb in status.sandboxes:
             try:
                 await self.runtime.stop_pod_sandbox(sb.id)
