@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from pykubelet.server.main import ServerHandle, build_parser, run_server, server_options
+from tests.builders import container, pod
 
 from .conftest import Http, Kubectl
 
@@ -120,9 +122,8 @@ class FakeKubelet:
             await self.task
 
 
-def pod(name: str, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}], **spec}}
+# What a user submits: a one-container pod manifest (the server assigns uid and defaults).
+manifest = functools.partial(pod, uid="", containers=[container(image="busybox:1.36")])
 
 
 async def get(http: Http, path: str) -> dict[str, Any] | None:
@@ -141,7 +142,7 @@ async def test_unreachable_node_taint_eviction_and_recovery(chttp: Http, ckubect
     async with FakeKubelet(chttp, "n1") as kubelet:
         short = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
                  "tolerationSeconds": 2}
-        for p in (pod("short", nodeName="n1", tolerations=[short]), pod("default", nodeName="n1")):
+        for p in (manifest("short", nodeName="n1", tolerations=[short]), manifest("default", nodeName="n1")):
             st, body = await chttp.req("POST", "/api/v1/namespaces/default/pods", p)
             assert st == 201, body
         # the default pod got the DefaultTolerationSeconds admission tolerations
@@ -201,7 +202,7 @@ async def test_unreachable_node_taint_eviction_and_recovery(chttp: Http, ckubect
 
 
 async def test_scheduler_unschedulable_then_scheduled(chttp: Http, ckubectl: Kubectl) -> None:
-    st, body = await chttp.req("POST", "/api/v1/namespaces/default/pods", pod("p1"))
+    st, body = await chttp.req("POST", "/api/v1/namespaces/default/pods", manifest("p1"))
     assert st == 201, body
 
     async def unschedulable() -> dict[str, Any]:
@@ -233,7 +234,7 @@ async def test_scheduler_unschedulable_then_scheduled(chttp: Http, ckubectl: Kub
 
         # nodeSelector mismatch: the upstream FitError text
         st, body = await chttp.req("POST", "/api/v1/namespaces/default/pods",
-                                   pod("sel", nodeSelector={"disk": "ssd"}))
+                                   manifest("sel", nodeSelector={"disk": "ssd"}))
         assert st == 201, body
         cond = await eventually(lambda: _unsched_cond(chttp, "sel"), "sel unschedulable")
         assert cond["message"] == "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
@@ -242,7 +243,7 @@ async def test_scheduler_unschedulable_then_scheduled(chttp: Http, ckubectl: Kub
 
         # cordon: new pods are not scheduled there; uncordon lets them in
         await ckubectl.ok("cordon", "n1")
-        st, body = await chttp.req("POST", "/api/v1/namespaces/default/pods", pod("p2"))
+        st, body = await chttp.req("POST", "/api/v1/namespaces/default/pods", manifest("p2"))
         assert st == 201, body
         cond = await eventually(lambda: _unsched_cond(chttp, "p2"), "p2 unschedulable on a cordoned node")
         assert cond["message"] == "0/1 nodes are available: 1 node(s) were unschedulable."

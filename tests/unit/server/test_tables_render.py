@@ -4,6 +4,7 @@ from typing import Any
 import pytest
 
 from pykubelet.server.tables import human_duration, to_table
+from tests.builders import container, node, pod
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -34,12 +35,10 @@ def test_human_duration(secs: int, text: str) -> None:
     assert human_duration(secs) == text
 
 
-def pod(status: dict[str, Any], spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "web", "namespace": "default", "creationTimestamp": ts(65), "labels": {"a": "b"}, **meta},
-        "spec": spec or {"containers": [{"name": "c"}], "nodeName": "n1"},
-        "status": status,
-    }
+def table_pod(status: dict[str, Any], *, init_containers: list[Any] | None = None, **metadata: Any) -> dict[str, Any]:
+    """Pod "web" on n1, 65 s old, with this status (and these init containers before container "c")."""
+    return pod("web", uid="", labels={"a": "b"}, node_name="n1", init_containers=init_containers or [],
+               metadata={"creationTimestamp": ts(65), **metadata}, status=status)
 
 
 def cells(p: dict[str, Any]) -> list[Any]:
@@ -55,7 +54,7 @@ def running(ready: bool = True, restarts: int = 0, finished: str | None = None) 
 
 
 def test_pod_table_shape_and_running() -> None:
-    p = pod({"phase": "Running", "podIPs": [{"ip": "10.0.0.5"}], "containerStatuses": [running(True, 3, ts(20))]})
+    p = table_pod({"phase": "Running", "podIPs": [{"ip": "10.0.0.5"}], "containerStatuses": [running(True, 3, ts(20))]})
     t = to_table("pods", [p], now=NOW, resource_version="7")
     assert t["kind"] == "Table" and t["apiVersion"] == "meta.k8s.io/v1"
     assert t["metadata"] == {"resourceVersion": "7"}
@@ -70,75 +69,69 @@ def test_pod_table_shape_and_running() -> None:
 
 
 def test_pod_waiting_reasons_and_pending() -> None:
-    assert cells(pod({"phase": "Pending"}))[2] == "Pending"
+    assert cells(table_pod({"phase": "Pending"}))[2] == "Pending"
     cs = {"name": "c", "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff"}}}
-    assert cells(pod({"phase": "Pending", "containerStatuses": [cs]}))[1:3] == ["0/1", "ImagePullBackOff"]
+    assert cells(table_pod({"phase": "Pending", "containerStatuses": [cs]}))[1:3] == ["0/1", "ImagePullBackOff"]
     cs = {"name": "c", "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
-    assert cells(pod({"phase": "Running", "containerStatuses": [cs]}))[2:4] == ["CrashLoopBackOff", "4"]
+    assert cells(table_pod({"phase": "Running", "containerStatuses": [cs]}))[2:4] == ["CrashLoopBackOff", "4"]
 
 
 def test_pod_completed_and_exit_code() -> None:
     cs = {"name": "c", "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
-    t = to_table("pods", [pod({"phase": "Succeeded", "containerStatuses": [cs]})], now=NOW)
+    t = to_table("pods", [table_pod({"phase": "Succeeded", "containerStatuses": [cs]})], now=NOW)
     assert t["rows"][0]["cells"][2] == "Completed"
     assert t["rows"][0]["conditions"][0]["type"] == "Completed"
     cs = {"name": "c", "restartCount": 0, "state": {"terminated": {"exitCode": 3}}}
-    assert cells(pod({"phase": "Failed", "containerStatuses": [cs]}))[2] == "ExitCode:3"
+    assert cells(table_pod({"phase": "Failed", "containerStatuses": [cs]}))[2] == "ExitCode:3"
 
 
 def test_pod_init_states() -> None:
-    spec = {"initContainers": [{"name": "i1"}, {"name": "i2"}], "containers": [{"name": "c"}]}
+    inits = ["i1", "i2"]
     done = {"name": "i1", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
     run = {"name": "i2", "state": {"running": {}}}
-    assert cells(pod({"phase": "Pending", "initContainerStatuses": [done, run]}, spec))[2] == "Init:1/2"
+    assert cells(table_pod({"phase": "Pending", "initContainerStatuses": [done, run]}, init_containers=inits))[2] == "Init:1/2"
     err = {"name": "i2", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}
-    assert cells(pod({"phase": "Pending", "initContainerStatuses": [done, err]}, spec))[2] == "Init:Error"
+    assert cells(table_pod({"phase": "Pending", "initContainerStatuses": [done, err]}, init_containers=inits))[2] == "Init:Error"
     crash = {"name": "i1", "restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
-    assert cells(pod({"phase": "Pending", "initContainerStatuses": [crash]}, spec))[2:4] == ["Init:CrashLoopBackOff", "2"]
+    assert cells(table_pod({"phase": "Pending", "initContainerStatuses": [crash]}, init_containers=inits))[2:4] == ["Init:CrashLoopBackOff", "2"]
     done2 = {"name": "i2", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
     waiting = {"name": "c", "state": {"waiting": {"reason": "PodInitializing"}}}
     st = {"phase": "Pending", "initContainerStatuses": [done, done2], "containerStatuses": [waiting]}
-    assert cells(pod(st, spec))[2] == "PodInitializing"
+    assert cells(table_pod(st, init_containers=inits))[2] == "PodInitializing"
 
 
 def test_pod_sidecar_counts_in_ready_total() -> None:
-    spec = {"initContainers": [{"name": "side", "restartPolicy": "Always"}], "containers": [{"name": "c"}]}
+    inits = [container("side", restartPolicy="Always")]
     side = {"name": "side", "started": True, "ready": True, "state": {"running": {}}}
     st = {"phase": "Running", "initContainerStatuses": [side], "containerStatuses": [running()],
           "conditions": [{"type": "Initialized", "status": "True"}]}
-    assert cells(pod(st, spec))[1:3] == ["2/2", "Running"]
+    assert cells(table_pod(st, init_containers=inits))[1:3] == ["2/2", "Running"]
 
 
 def test_pod_terminating_and_nodelost() -> None:
-    p = pod({"phase": "Running", "containerStatuses": [running()]}, deletionTimestamp=ts(1))
+    p = table_pod({"phase": "Running", "containerStatuses": [running()]}, deletionTimestamp=ts(1))
     assert cells(p)[2] == "Terminating"
-    p = pod({"phase": "Running", "reason": "NodeLost"})
+    p = table_pod({"phase": "Running", "reason": "NodeLost"})
     assert cells(p)[2] == "NodeLost"
-    p = pod({"phase": "Running", "reason": "NodeLost"}, deletionTimestamp=ts(1))
+    p = table_pod({"phase": "Running", "reason": "NodeLost"}, deletionTimestamp=ts(1))
     assert cells(p)[2] == "Unknown"
 
 
-def node(ready: str | None, unsched: bool = False, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    conds = [{"type": "Ready", "status": ready}] if ready else []
-    return {
-        "metadata": {"name": "n1", "creationTimestamp": ts(2 * 86400 + 3 * 3600), "labels": labels or {}},
-        "spec": {"unschedulable": unsched},
-        "status": {
-            "conditions": conds,
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": "n1"}],
-            "nodeInfo": {"kubeletVersion": "v1.32.0", "osImage": "Debian", "kernelVersion": "6.1", "containerRuntimeVersion": "containerd://1.7"},
-        },
-    }
+def table_node(ready: str | None, unschedulable: bool = False, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return node(ready=ready, unschedulable=unschedulable, labels=labels or {},
+                metadata={"creationTimestamp": ts(2 * 86400 + 3 * 3600)},
+                node_info={"kubeletVersion": "v1.32.0", "osImage": "Debian", "kernelVersion": "6.1",
+                           "containerRuntimeVersion": "containerd://1.7"})
 
 
 def test_node_table() -> None:
-    t = to_table("nodes", [node("True", labels={"node-role.kubernetes.io/control-plane": "", "node-role.kubernetes.io/worker": ""})], now=NOW)
+    t = to_table("nodes", [table_node("True", labels={"node-role.kubernetes.io/control-plane": "", "node-role.kubernetes.io/worker": ""})], now=NOW)
     assert [c["name"] for c in t["columnDefinitions"]][:5] == ["Name", "Status", "Roles", "Age", "Version"]
     assert t["rows"][0]["cells"] == [
         "n1", "Ready", "control-plane,worker", "2d3h", "v1.32.0", "127.0.0.1", "<none>", "Debian", "6.1", "containerd://1.7",
     ]
-    assert to_table("nodes", [node("Unknown", True)], now=NOW)["rows"][0]["cells"][1:3] == ["NotReady,SchedulingDisabled", "<none>"]
-    assert to_table("nodes", [node(None)], now=NOW)["rows"][0]["cells"][1] == "Unknown"
+    assert to_table("nodes", [table_node("Unknown", True)], now=NOW)["rows"][0]["cells"][1:3] == ["NotReady,SchedulingDisabled", "<none>"]
+    assert to_table("nodes", [table_node(None)], now=NOW)["rows"][0]["cells"][1] == "Unknown"
 
 
 def test_event_table() -> None:
