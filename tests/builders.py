@@ -13,6 +13,7 @@ given, so ``compute_pod_actions`` sees an unchanged container unless the test ch
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -85,6 +86,11 @@ def pod(
     if status is not None:
         p["status"] = status
     return copy.deepcopy(p)  # nothing shared with the arguments or with other pods
+
+
+def fresh_uid() -> str:
+    """A new random uid, for pods on a real runtime that outlives one test (containerd in e2e)."""
+    return str(uuid.uuid4())
 
 
 def pod_path(p: JSON) -> str:

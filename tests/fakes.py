@@ -13,6 +13,7 @@ patched") rather than as a hand-rolled stub, and a change in a seam is made once
 - ``FakeClock`` is a callable clock the test moves by hand (no sleeping, no timing).
 - ``FakeExecRuntime`` answers CRI ``ExecSync`` (probes and hooks) with a scripted result.
 - ``FakeImageService`` answers CRI ``ImageStatus`` / ``PullImage`` from a set of present images.
+- ``eventually`` polls a condition of a fake or of a real runtime until it holds (or times out).
 """
 
 from __future__ import annotations
@@ -246,6 +247,14 @@ class FakeApi:
             raise _not_found(path)
         self._notify(path, "DELETED", obj)
         return obj
+
+
+async def eventually(pred: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1) -> Any:  # noqa: ASYNC109
+    """Poll ``pred()`` until it returns something truthy, and return that; TimeoutError otherwise."""
+    async with asyncio.timeout(timeout):
+        while not (v := pred()):  # noqa: ASYNC110 - polling the runtime/API under test
+            await asyncio.sleep(interval)
+        return v
 
 
 # --------------------------------------------------------------------------- events, clock, exec

@@ -10,6 +10,11 @@ a pod it does not know, exactly like upstream's kubelet, so raw-CRI tests must n
 what a crashed earlier session in the same slot may have left; at the end the stack is stopped and
 cleaned (no process, mount, cgroup, bridge or iptables chain remains).
 
+The tests are grouped by the layer they drive (these fixtures serve all three):
+- ``cri/``: the private containerd and offline images, driven straight through CRI (no agent);
+- ``agent/``: the agent (in-process engine or ``pykubelet agent``) on containerd, no cluster;
+- ``cluster/``: a whole ``pykubelet up`` cluster, driven like a user does with kubectl.
+
 Every test under tests/e2e is marked ``e2e`` automatically.
 """
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from pykubelet.up import main as up
 
 
-def test_defaults_match_the_issue() -> None:
+def test_defaults_are_loopback_the_pod_cidr_and_standard_ports() -> None:
     args = up.build_parser().parse_args([])
     assert args.data_dir == "./.pykubelet"
     assert (args.bind_address, args.node_ip) == ("127.0.0.1", "127.0.0.1")

@@ -15,7 +15,7 @@ from cri_api.v1 import api_pb2_grpc as pbg
 
 from pykubelet.up.containerd import PrivateContainerd
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 async def _run_pod(cd: PrivateContainerd, pod: dict[str, Any], logs: Path) -> tuple[Any, str, dict[str, str]]:
@@ -68,7 +68,8 @@ async def test_two_container_example_shares_localhost(containerd: PrivateContain
     pod = yaml.safe_load((EXAMPLES / "two-container-pod.yaml").read_text())
     (ch, rt), sb, _ = await _run_pod(containerd, pod, tmp_path)
     try:
-        await _wait_log(tmp_path / "client" / "0.log", "got: hello from the web container")
+        log = await _wait_log(tmp_path / "client" / "0.log", "got: hello from the web container")
+        assert "got: hello from the web container" in log  # the client reached the web container on localhost
     finally:
         await _remove(rt, sb)
         await ch.close()

@@ -1,4 +1,4 @@
-"""End to end: `pykubelet up` on real containerd, driven with the real kubectl (issues 2 and 4).
+"""End to end: `pykubelet up` on real containerd, driven with the real kubectl.
 
 Each test creates its own pods and deletes them, so the session-wide cluster stays clean.
 """
@@ -18,7 +18,7 @@ import pytest
 
 from pykubelet.cri import CRIClient, pb
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def pod_phase(cluster, name: str) -> str:  # type: ignore[no-untyped-def]

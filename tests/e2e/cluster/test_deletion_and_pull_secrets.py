@@ -1,4 +1,4 @@
-"""End to end, issue 4 acceptance: deletion grace periods, private-registry pulls with
+"""End to end: deletion grace periods, private-registry pulls with
 imagePullSecrets, deletion while the agent is down, and invalid static pods.
 
 Runs on the session's `cluster` (`pykubelet up` on a private containerd) with the real kubectl.

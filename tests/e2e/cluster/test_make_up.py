@@ -1,4 +1,4 @@
-"""End to end: the README's `make up` with its own containerd, then Ctrl-C, then `make up` again (issue 2).
+"""End to end: the README's `make up` with its own containerd, then Ctrl-C, then `make up` again.
 
 This is the newcomer's path: one command brings up a cluster that the real kubectl drives; Ctrl-C
 leaves nothing behind (process, mount, cgroup, bridge, iptables chain); running it again resumes the
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import free_port
+from ..conftest import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def leftovers(data_dir: Path, bridge: str, cgroup_root: str) -> list[str]:

@@ -1,6 +1,6 @@
 """Container log rotation and /var/log/containers symlinks on a real containerd.
 
-Runs the engine in-process (as tests/e2e/test_engine_containerd.py does) with
+Runs the engine in-process (as test_pods_on_containerd.py does) with
 containerLogMaxSize=20Ki, containerLogMaxFiles=3 and a 1 s monitor interval; a busybox container
 writes ~2 KiB lines in a loop. Checks: rotated files appear (older ones gzipped), there are never
 more than 3 log files, the live log fills again after a rotation (containerd honoured
@@ -21,8 +21,10 @@ from pykubelet.agent.kubelet import Kubelet
 from pykubelet.agent.logs import legacy_log_symlink
 from pykubelet.agent.types import PodOp, PodUpdate
 from pykubelet.cri import CRIClient
+from tests.builders import pod_path
+from tests.fakes import FakeApi, eventually
 
-from .test_engine_containerd import MemApi, eventually, make_pod
+from .test_pods_on_containerd import api_pod, busybox
 
 WRITER = "l=$(head -c 2000 /dev/zero | tr '\\0' x); while true; do echo $l; sleep 0.05; done"
 
@@ -45,20 +47,19 @@ async def _scenario(containerd: Any, tmp_path: Path) -> str:
     cfg.container_log_max_files = 3
     cfg.container_log_monitor_interval = 1.0
     opts = AgentOptions(config=cfg, node_name="e2e-logs", node_ip="127.0.0.1", root_dir=tmp_path / "root")
-    api = MemApi()
+    api = FakeApi()
     runtime = CRIClient(containerd.endpoint, timeout=30)
     await runtime.connect(wait=10)
     updates: asyncio.Queue[PodUpdate] = asyncio.Queue()
     k = Kubelet(options=opts, api=api, runtime=runtime, recorder=EventRecorder(None), updates=updates,
                 pleg_period=0.5, housekeeping_period=0.5)
-    pod = make_pod("chatty", [{"name": "w", "image": "docker.io/library/busybox:latest",
-                               "imagePullPolicy": "IfNotPresent", "command": ["sh", "-c", WRITER]}])
+    pod = api_pod("chatty", busybox("w", ["sh", "-c", WRITER]))
     md = pod["metadata"]
-    path = f"/api/v1/namespaces/default/pods/{md['name']}"
+    path = pod_path(pod)
     await k.start()
     link = ""
     try:
-        api.objects[path] = copy.deepcopy(pod)
+        api.put(path, pod)
         await updates.put(PodUpdate(PodOp.ADD, "api", [copy.deepcopy(pod)]))
         k.mark_source_ready("api")
         st = await eventually(lambda: (api.objects[path].get("status") or {}).get("phase") == "Running"

@@ -1,4 +1,4 @@
-"""End to end, issue 5: the pod lifecycle in full, observed the way a user does with kubectl.
+"""End to end: the pod lifecycle in full, observed the way a user does with kubectl.
 
 Probes, hooks, termination (grace periods, preStop before SIGTERM, SIGKILL at the deadline),
 init containers and sidecars (the STATUS column sequence), crash-loop back-off spacing, aggregated

@@ -24,7 +24,7 @@ from pykubelet.cri import CRIClient, pb
 from pykubelet.up.containerd import PrivateContainerd
 from pykubelet.up.images import bootstrap_images
 
-from .conftest import free_port
+from ..conftest import free_port
 
 MANIFEST = """\
 apiVersion: v1

@@ -1,4 +1,4 @@
-"""Issue 6 acceptance: the kubelet API end to end, through the real ports and real clients.
+"""The kubelet API end to end, through the real ports and real clients.
 
 Real kubectl (current dispatcher and the versioned 1.28 / 1.29 / 1.33 binaries), the official Python
 client, the API server's node proxy, and the kubelet port itself (authn/authz, path traversal,

@@ -1,4 +1,4 @@
-"""Kubelet engine on a real containerd: a two-container pod shares one IP; an OOM is reported.
+"""The agent's engine on a real containerd: a two-container pod shares one IP; an OOM is reported.
 
 Runs the engine in-process (no API server: an in-memory API stub records status patches) against the
 session's private containerd, with pod cgroups below the fixture's cgroup parent so cleanup finds them.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,47 +17,20 @@ from pykubelet.agent.events import EventRecorder
 from pykubelet.agent.kubelet import Kubelet
 from pykubelet.agent.types import PodOp, PodUpdate
 from pykubelet.cri import CRIClient
+from tests.builders import container, fresh_uid, pod, pod_path
+from tests.fakes import FakeApi, eventually
+
+BUSYBOX = "docker.io/library/busybox:latest"
 
 
-class MemApi:
-    def __init__(self) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-
-    async def get(self, path: str, params: Any = None) -> dict[str, Any]:
-        if path not in self.objects:
-            err = Exception("not found")
-            err.status = 404  # type: ignore[attr-defined]
-            raise err
-        return copy.deepcopy(self.objects[path])
-
-    async def patch(self, path: str, body: dict[str, Any], patch_type: str = "merge", params: Any = None) -> dict[str, Any]:
-        obj = self.objects[path.removesuffix("/status")]
-        obj["status"] = copy.deepcopy(body["status"])
-        return obj
-
-    async def create(self, path: str, body: dict[str, Any], params: Any = None) -> dict[str, Any]:
-        return body
-
-    async def delete(self, path: str, body: Any = None, params: Any = None) -> dict[str, Any]:
-        self.objects.pop(path, None)
-        return {}
+def busybox(name: str, command: list[str], **fields: Any) -> dict[str, Any]:
+    return container(name, BUSYBOX, imagePullPolicy="IfNotPresent", command=command, **fields)
 
 
-def make_pod(name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4()),
-                     "annotations": {"kubernetes.io/config.source": "api"}},
-        "spec": {"containers": containers, "terminationGracePeriodSeconds": 2, **spec},
-        "status": {},
-    }
-
-
-async def eventually(pred: Callable[[], Any], wait: float = 60.0) -> Any:
-    async with asyncio.timeout(wait):
-        while not (v := pred()):  # noqa: ASYNC110 - polling the runtime/API under test
-            await asyncio.sleep(0.1)
-        return v
+def api_pod(name: str, *containers: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """A pod as the API server hands it to the agent, with a fresh uid and a 2 s grace period."""
+    return pod(name, uid=fresh_uid(), containers=containers, annotations={"kubernetes.io/config.source": "api"},
+               status={}, terminationGracePeriodSeconds=2, **spec)
 
 
 async def _run(containerd: Any, tmp_path: Path, pods: list[dict[str, Any]], check: Callable[..., Any]) -> None:
@@ -66,7 +38,7 @@ async def _run(containerd: Any, tmp_path: Path, pods: list[dict[str, Any]], chec
     cfg.cgroup_root = containerd.cgroup_parent
     cfg.pod_logs_dir = str(tmp_path / "logs")
     opts = AgentOptions(config=cfg, node_name="e2e-engine", node_ip="127.0.0.1", root_dir=tmp_path / "root")
-    api = MemApi()
+    api = FakeApi()
     runtime = CRIClient(containerd.endpoint, timeout=30)
     await runtime.connect(wait=10)
     updates: asyncio.Queue[PodUpdate] = asyncio.Queue()
@@ -75,12 +47,12 @@ async def _run(containerd: Any, tmp_path: Path, pods: list[dict[str, Any]], chec
     await k.start()
     try:
         for p in pods:
-            api.objects[f"/api/v1/namespaces/default/pods/{p['metadata']['name']}"] = copy.deepcopy(p)
+            api.put(pod_path(p), p)
         await updates.put(PodUpdate(PodOp.ADD, "api", copy.deepcopy(pods)))
         k.mark_source_ready("api")
 
         def status(p: dict[str, Any]) -> dict[str, Any]:
-            return api.objects[f"/api/v1/namespaces/default/pods/{p['metadata']['name']}"].get("status") or {}
+            return (api.objects.get(pod_path(p)) or {}).get("status") or {}
 
         await check(k, runtime, status)
     finally:
@@ -95,13 +67,11 @@ async def _run(containerd: Any, tmp_path: Path, pods: list[dict[str, Any]], chec
 
 
 def test_two_containers_share_ip(containerd: Any, tmp_path: Path) -> None:
-    pod = make_pod("pair", [
-        {"name": "server", "image": "docker.io/library/busybox:latest", "imagePullPolicy": "IfNotPresent",
-         "command": ["sh", "-c", "echo hello > /tmp/index.html; httpd -f -p 8080 -h /tmp"]},
-        {"name": "client", "image": "docker.io/library/busybox:latest", "imagePullPolicy": "IfNotPresent",
-         "command": ["sleep", "3600"],
-         "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}},
-    ])
+    pod = api_pod(
+        "pair",
+        busybox("server", ["sh", "-c", "echo hello > /tmp/index.html; httpd -f -p 8080 -h /tmp"]),
+        busybox("client", ["sleep", "3600"], requests={"cpu": "100m", "memory": "32Mi"}, limits={"memory": "64Mi"}),
+    )
 
     async def check(k: Kubelet, runtime: CRIClient, status: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         st = await eventually(lambda: status(pod).get("phase") == "Running" and status(pod))
@@ -128,11 +98,8 @@ def test_two_containers_share_ip(containerd: Any, tmp_path: Path) -> None:
 
 
 def test_oom_killed(containerd: Any, tmp_path: Path) -> None:
-    pod = make_pod("oom", [
-        {"name": "hog", "image": "docker.io/library/busybox:latest", "imagePullPolicy": "IfNotPresent",
-         "command": ["sh", "-c", "head -c 64m /dev/zero | tail > /dev/null"],
-         "resources": {"limits": {"memory": "16Mi"}}},
-    ], restartPolicy="Never")
+    pod = api_pod("oom", busybox("hog", ["sh", "-c", "head -c 64m /dev/zero | tail > /dev/null"],
+                                 limits={"memory": "16Mi"}), restart_policy="Never")
 
     async def check(k: Kubelet, runtime: CRIClient, status: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         st = await eventually(lambda: status(pod).get("phase") == "Failed" and status(pod))
@@ -144,10 +111,8 @@ def test_oom_killed(containerd: Any, tmp_path: Path) -> None:
 
 
 def test_termination_message_file(containerd: Any, tmp_path: Path) -> None:
-    pod = make_pod("tmsg", [
-        {"name": "w", "image": "docker.io/library/busybox:latest", "imagePullPolicy": "IfNotPresent",
-         "command": ["sh", "-c", "echo -n bye > /dev/termination-log; exit 4"]},
-    ], restartPolicy="Never")
+    pod = api_pod("tmsg", busybox("w", ["sh", "-c", "echo -n bye > /dev/termination-log; exit 4"]),
+                  restart_policy="Never")
 
     async def check(k: Kubelet, runtime: CRIClient, status: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         st = await eventually(lambda: status(pod).get("phase") == "Failed" and status(pod))
