@@ -14,7 +14,10 @@
 - **probes** (``prober``): a result change wakes the pod's worker, whose sync then reports readiness
   or kills a container that failed liveness/startup;
 - **housekeeping** (``housekeeping``) every 2 s once all sources are ready: forgotten pods, orphans,
-  and the registered cleanup steps (pod cgroups, pod directories, log links, back-off entries);
+  and the registered cleanup steps (pod cgroups, pod volumes, pod directories, log links, back-off
+  entries);
+- **volumes** (``volumemanager``): a pod's volumes are set up before its containers start (a pod hook),
+  containers get their mounts from it, and it refreshes ConfigMap/Secret/downward API content;
 - **periodic resync** of every pod each ``syncFrequency`` and **container log rotation**.
 
 All state is rebuilt from the runtime (CRI labels/annotations) and the sources, so restarting the
@@ -59,6 +62,7 @@ from pykubelet.agent.sources.mirror import MirrorClient as ApiMirrorClient
 from pykubelet.agent.status.generate import rfc3339
 from pykubelet.agent.status.manager import StatusManager
 from pykubelet.agent.types import JSONObj, Pod, PodOp, PodUpdate
+from pykubelet.agent.volumemanager import Mounter, VolumeManager
 from pykubelet.common import podutil
 from pykubelet.common.aio import cancel_and_wait, run_every
 from pykubelet.common.apiclient import ApiClient, ApiError
@@ -80,6 +84,8 @@ class Kubelet:
         pleg_period: float = 1.0,
         housekeeping_period: float = 2.0,
         status_reconcile_period: float = 10.0,
+        volume_mounter: Mounter | None = None,
+        volume_refresh_period: float | None = None,
     ) -> None:
         cfg = self.config = options.config
         self.api = api
@@ -95,12 +101,19 @@ class Kubelet:
         self.images = ImageManager(runtime, recorder, api=api, serialize=cfg.serialize_image_pulls,
                                    max_parallel=cfg.max_parallel_image_pulls)
         self.cgroups = PodCgroupManager(cfg.cgroup_root, enabled=cfg.cgroups_per_qos, mount=cgroup_mount)
+        # volume content follows its source each syncFrequency, as upstream's remount in every pod sync
+        self.volume_manager = VolumeManager(
+            root_dir=self.root_dir, api=api, recorder=recorder, mounter=volume_mounter,
+            refresh_period=(volume_refresh_period if volume_refresh_period is not None
+                            else lambda: max(1.0, self.config.sync_frequency)),
+        )
         self.runtime_manager = RuntimeManager(
             runtime, images=self.images, recorder=recorder, pod_logs_dir=str(cfg.pod_logs_dir),
             node_name=self.node_name, host_ips=self.host_ips, cgroup_parent=self.cgroups.cgroup_parent,
             lookup=self._lookup if api is not None else None, cluster_dns=list(cfg.cluster_dns),
             cluster_domain=cfg.cluster_domain or "cluster.local", resolv_conf=cfg.resolv_conf,
             pods_dir=str(self.root_dir / "pods"), hooks=HandlerRunner(runtime, recorder),
+            mounts=self.volume_manager.mounts_for,
         )
         self.log_manager = ContainerLogManager(
             runtime, max_size=cfg.container_log_max_size, max_files=cfg.container_log_max_files,
@@ -112,7 +125,7 @@ class Kubelet:
         self.cache = PodStatusCache()
         self.pleg = GenericPLEG(self.runtime_manager, self.cache, self._on_pleg_event, relist_period=pleg_period)
         self.admission = AdmissionChain([ValidPodAdmitHandler(), MaxPodsAdmitHandler(cfg.max_pods)])
-        self.pod_hooks: list[PodLifecycleHook] = [PodDirectories(self.root_dir), self.cgroups]
+        self.pod_hooks: list[PodLifecycleHook] = [PodDirectories(self.root_dir), self.volume_manager, self.cgroups]
         self.syncer = PodSyncer(
             pods=self.pod_manager, runtime=self.runtime_manager, cache=self.cache, statuses=self.status_manager,
             probes=self.probes, recorder=recorder, mirror=mirror, host_ips=self.host_ips, hooks=self.pod_hooks,
@@ -123,6 +136,7 @@ class Kubelet:
                                          on_pod_forgotten=[self.status_manager.forget, self.syncer.forget])
         self.housekeeping.add_step("probe workers", self._cleanup_probes)
         self.housekeeping.add_step("pod cgroups", self._cleanup_cgroups)
+        self.housekeeping.add_step("pod volumes", self.volume_manager.cleanup)  # before the pod directories
         self.housekeeping.add_step("pod directories", self._cleanup_pod_dirs)
         self.housekeeping.add_step("pod log directories", self._cleanup_pod_logs)
         self.housekeeping.add_step("container log links", self._cleanup_log_links)
@@ -150,6 +164,7 @@ class Kubelet:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         await self.runtime_manager.start()
+        await self.volume_manager.start()  # rebuilds the actual state of volumes before any pod syncs
         try:
             await self.pleg.relist()  # seed the cache before the first sync
         except Exception as e:
@@ -175,6 +190,7 @@ class Kubelet:
             await self.runtime_manager.hooks.close()
         await self.pleg.stop()
         await self.status_manager.stop()
+        await self.volume_manager.stop()
 
     def mark_source_ready(self, source: str) -> None:
         self._sources_ready.add(source)

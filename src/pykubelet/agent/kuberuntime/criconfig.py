@@ -11,13 +11,19 @@ async ``lookup(kind, namespace, name) -> dict | None``:
   value, fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef), working dir, log path
   ``<name>/<restartCount>.log``, labels/annotations (hash, restartCount, termination message, grace),
   Linux resources (cpu shares from requests, CFS quota from limits, memory limit, oom_score_adj by
-  QoS as upstream GetContainerOOMScoreAdjust) and the security context basics.
+  QoS as upstream GetContainerOOMScoreAdjust) and the security context basics (the pod's fsGroup is a
+  supplemental group of every container, as upstream).
+- ``envFrom``: every ``data`` key of the ConfigMap/Secret, prefixed; keys that are not valid variable
+  names are skipped and reported through the optional ``warn(reason, message)`` callback as upstream's
+  ``InvalidEnvironmentVariableNames`` Warning event.
+Volume mounts are not built here: the runtime manager asks the volume manager for them.
 Errors in the spec raise ``ConfigError`` (surfaced as CreateContainerConfigError), never crash.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import math
 import os
 import re
@@ -29,11 +35,13 @@ from pykubelet.agent.container import runtime as t
 from pykubelet.agent.container.grace import pod_termination_grace
 from pykubelet.common import labels as names
 from pykubelet.common import podutil
+from pykubelet.common.podspec import ENV_VAR_FMT
 from pykubelet.common.quantity import QuantityError, parse_quantity
 from pykubelet.cri import pb
 
 Pod = dict[str, Any]
 Lookup = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
+Warn = Callable[[str, str], None]  # (reason, message) of a Warning event about the pod
 
 CPU_PERIOD = 100000
 MIN_SHARES = 2
@@ -284,6 +292,39 @@ async def _get_key(lookup: Lookup | None, kind: str, ns: str, ref: dict[str, Any
     raise ConfigError(f'couldn\'t find key {key} in {kind} {ns}/{name}')
 
 
+_ENV_NAME = re.compile(f"^{ENV_VAR_FMT}$")
+
+
+def env_from_source(kind: str, obj: dict[str, Any], prefix: str, ref: str, warn: Warn | None) -> dict[str, str]:
+    """One ``envFrom`` source, as upstream's makeEnvironmentVariables: every key of ``data`` (decoded for
+    a Secret; a ConfigMap's ``binaryData`` is not used for env, as upstream) prefixed with ``prefix``;
+    names that are not valid environment variable names are skipped with one Warning event
+    ``InvalidEnvironmentVariableNames`` listing them (sorted)."""
+    out: dict[str, str] = {}
+    invalid: list[str] = []
+    data = obj.get("data") or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{kind} {ref}: data is not a map")
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if not _ENV_NAME.match(key):
+            invalid.append(key)
+            continue
+        if kind == "Secret":
+            try:
+                out[key] = base64.b64decode(str(v or ""), validate=True).decode(errors="replace")
+            except (binascii.Error, ValueError) as e:
+                raise ConfigError(f"Secret {ref}: data[{k}] is not valid base64: {e}") from e
+        else:
+            out[key] = str(v)
+    if invalid and warn is not None:
+        what = "configMap" if kind == "ConfigMap" else "secret"
+        warn("InvalidEnvironmentVariableNames",
+             f"Keys [{', '.join(sorted(invalid))}] from the EnvFrom {what} {ref} were skipped since they are "
+             "considered invalid environment variable names.")
+    return out
+
+
 async def make_env(
     pod: Pod,
     container: dict[str, Any],
@@ -293,22 +334,23 @@ async def make_env(
     node_name: str,
     node_allocatable: dict[str, Decimal],
     lookup: Lookup | None = None,
+    warn: Warn | None = None,
 ) -> list[tuple[str, str]]:
     ns = _md(pod).get("namespace", "default")
     env: dict[str, str] = {}
     for src in container.get("envFrom") or []:
-        prefix = src.get("prefix", "")
+        prefix = src.get("prefix") or ""
         for kind, field in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
             ref = src.get(field)
             if not ref:
                 continue
-            obj = await lookup(kind, ns, ref.get("name", "")) if lookup else None
+            name = ref.get("name", "")
+            obj = await lookup(kind, ns, name) if lookup else None
             if obj is None:
                 if ref.get("optional"):
                     continue
-                raise ConfigError(f'{kind.lower()} "{ref.get("name", "")}" not found')
-            for k, v in (obj.get("data") or {}).items():
-                env[prefix + k] = base64.b64decode(v).decode(errors="replace") if kind == "Secret" else str(v)
+                raise ConfigError(f'{kind.lower()} "{name}" not found')
+            env.update(env_from_source(kind, obj, prefix, f"{ns}/{name}", warn))
     for e in container.get("env") or []:
         name = e.get("name")
         if not name:
@@ -398,6 +440,10 @@ def _security(pod: Pod, container: dict[str, Any]) -> pb.LinuxContainerSecurityC
     if gid is not None:
         sc.run_as_group.value = int(gid)
     sc.supplemental_groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
+    if psc.get("fsGroup") is not None:
+        # upstream determineEffectiveSecurityContext: the fsGroup that owns the pod's volumes is a
+        # supplemental group of every container, so their processes can use those volumes
+        sc.supplemental_groups.append(int(psc["fsGroup"]))
     caps = csc.get("capabilities") or {}
     if caps:
         sc.capabilities.add_capabilities.extend(str(c) for c in caps.get("add") or [])
@@ -417,11 +463,12 @@ async def container_config(
     memory_capacity: int,
     node_allocatable: dict[str, Decimal],
     lookup: Lookup | None = None,
+    warn: Warn | None = None,
 ) -> pb.ContainerConfig:
     md = _md(pod)
     name = container.get("name", "")
     env = await make_env(pod, container, pod_ips=pod_ips, host_ips=host_ips, node_name=node_name,
-                         node_allocatable=node_allocatable, lookup=lookup)
+                         node_allocatable=node_allocatable, lookup=lookup, warn=warn)
     env_map = dict(env)
     labels = {
         names.POD_NAME_LABEL: md.get("name", ""),

@@ -14,6 +14,9 @@
   Regular containers stop in parallel; sidecars after them, in reverse order
   (``termination_dependencies``). A kill still running 1.5 x grace later (at least 10 s) emits
   Warning ExceededGracePeriod, as upstream's pod workers do.
+- Volume mounts (upstream generateContainerConfig → makeMounts): the ``mounts`` callable (the volume
+  manager's) turns the container's ``volumeMounts`` into CRI mounts, before the termination-message
+  mount; a mount it refuses (a subPath leaving its volume, ...) is a CreateContainerConfigError.
 - postStart (upstream startContainer): right after StartContainer; a failure emits Warning
   FailedPostStartHook, kills the container ("FailedPostStartHook") and leaves reason
   PostStartHookError so the container goes through the normal crash-loop back-off.
@@ -144,6 +147,12 @@ def _with_termination_message(s: pb.ContainerStatus) -> str:
     return f"{s.message}: {msg}" if s.message else msg
 
 
+ContainerMounts = Callable[[Pod, JSONObj, dict[str, str]], Awaitable[list[pb.Mount]]]
+"""The volume mounts of one container given its environment (the volume manager's ``mounts_for``,
+passed in so kuberuntime never imports it); raises ``criconfig.ConfigError`` for a mount that cannot
+be made (CreateContainerConfigError)."""
+
+
 @dataclass
 class RuntimeListing:
     """Cheap listing (List* RPCs only): per pod uid, sandbox and container id → state."""
@@ -181,6 +190,7 @@ class RuntimeManager:
         pods_dir: str | None = None,
         hooks: LifecycleHookRunner | None = None,
         containers_log_dir: str | None = None,
+        mounts: ContainerMounts | None = None,
     ) -> None:
         self.runtime = runtime
         self.images = images
@@ -197,6 +207,7 @@ class RuntimeManager:
         self.runtime_handler = runtime_handler
         self.pods_dir = pods_dir  # <root_dir>/pods: termination-message files live below it
         self.hooks = hooks  # lifecycle.HandlerRunner (postStart / preStop), None = no hooks
+        self.mounts = mounts  # volume mounts of a container, None = no volumes
         # legacy /var/log/containers symlinks live next to the pod logs dir
         self.containers_log_dir = containers_log_dir or symlinks.containers_log_dir(pod_logs_dir)
         self.memory_capacity = read_meminfo().get("MemTotal", 0)
@@ -424,7 +435,10 @@ class RuntimeManager:
                 pod, container, image_ref=img.image_ref, restart_count=restart_count, pod_ips=pod_ips,
                 host_ips=self.host_ips, node_name=self.node_name, memory_capacity=self.memory_capacity,
                 node_allocatable=self.node_allocatable, lookup=self.lookup,
+                warn=lambda reason, message: self.recorder.event(pod, "Warning", reason, message),
             )
+            if self.mounts is not None:
+                config.mounts.extend(await self.mounts(pod, container, {kv.key: kv.value for kv in config.envs}))
         except criconfig.ConfigError as e:
             return self._config_error(pod, name, kind, str(e))
         except (TypeError, ValueError, AttributeError, KeyError) as e:

@@ -1,0 +1,238 @@
+"""The API objects volumes are made from: ConfigMaps, Secrets, claims, PersistentVolumes, tokens.
+
+Upstream's kubelet reads ConfigMaps and Secrets through a watch-based cache and gets its messages
+from it: a missing object is ``configmap "x" not found`` / ``secret "x" not found`` (the cache's
+group-resource is the singular name). Here a plain GET answers, with those same messages; one refresh
+round of the volume manager shares one ``ObjectSource`` snapshot (``snapshot()``) so a ConfigMap
+used by a hundred pods is read once per round, while a pod that waits for a missing object always
+reads afresh, so it starts as soon as the object exists.
+
+Persistent volumes: the claim (``persistentvolumeclaims``) and then its PersistentVolume are read
+through the API. A 404 without an object name in its Status means the API server does not serve the
+resource at all (``the server could not find the requested resource``): that is reported as such
+rather than as a missing claim.
+
+Service-account tokens (``TokenManager``, upstream ``pkg/kubelet/token``): a projected
+``serviceAccountToken`` is obtained with the TokenRequest API, ``POST
+/api/v1/namespaces/<ns>/serviceaccounts/<sa>/token`` with the audience, ``expirationSeconds`` and a
+``boundObjectRef`` to the pod (so the token dies with the pod), cached per (service account,
+audiences, lifetime, pod), and requested again once 80 % of its lifetime passed (or 24 h, upstream's
+``requiresRefresh``); until a refresh succeeds the still-valid token keeps being used.
+"""
+
+from __future__ import annotations
+
+import calendar
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from pykubelet.agent.types import JSONObj
+from pykubelet.agent.volumemanager.types import MountError
+
+log = logging.getLogger(__name__)
+
+NOT_SERVED = "the server could not find the requested resource"
+MAX_TOKEN_TTL = 24 * 3600.0
+REFRESH_AT = 0.8  # fraction of a token's lifetime after which it is requested again
+
+
+class ObjectApi(Protocol):
+    """The two API verbs volumes need (``common.apiclient.ApiClient`` has them)."""
+
+    async def get(self, path: str) -> JSONObj: ...
+    async def create(self, path: str, body: JSONObj) -> JSONObj: ...
+
+
+def _status(e: Exception) -> int | None:
+    s = getattr(e, "status", None)
+    return s if isinstance(s, int) else None
+
+
+def _api_message(e: Exception) -> str:
+    msg = getattr(e, "message", None)
+    return msg if isinstance(msg, str) and msg else str(e)
+
+
+def _is_not_served(e: Exception, name: str) -> bool:
+    """A 404 about the resource type, not about the object named ``name``."""
+    body = getattr(e, "body", None)
+    details = body.get("details") if isinstance(body, dict) else None
+    if isinstance(details, dict) and details.get("name") == name:
+        return False
+    return _api_message(e).startswith(NOT_SERVED)
+
+
+class ResourceNotServed(Exception):
+    """The API server does not serve a resource type the volume needs."""
+
+
+@dataclass(frozen=True)
+class _Kind:
+    singular: str  # in messages: configmap "x" not found
+    plural: str  # in paths
+
+
+CONFIGMAP = _Kind("configmap", "configmaps")
+SECRET = _Kind("secret", "secrets")
+PVC = _Kind("persistentvolumeclaim", "persistentvolumeclaims")
+PV = _Kind("persistentvolume", "persistentvolumes")
+
+
+class ObjectSource:
+    """GETs with upstream's not-found semantics; a snapshot shares answers within one round."""
+
+    def __init__(self, api: ObjectApi | None, *, shared: bool = False) -> None:
+        self.api = api
+        self._shared = shared
+        self._cache: dict[tuple[str, str, str], JSONObj | None] = {}
+
+    def snapshot(self) -> ObjectSource:
+        """A view whose answers are cached for its lifetime (one refresh round)."""
+        return ObjectSource(self.api, shared=True)
+
+    async def _get(self, kind: _Kind, namespace: str, name: str) -> JSONObj | None:
+        key = (kind.plural, namespace, name)
+        if self._shared and key in self._cache:
+            return self._cache[key]
+        if self.api is None:
+            raise MountError(f'cannot get {kind.singular} "{name}": the agent runs without an API server')
+        path = (f"/api/v1/namespaces/{namespace}/{kind.plural}/{name}" if namespace
+                else f"/api/v1/{kind.plural}/{name}")
+        try:
+            obj: JSONObj | None = await self.api.get(path)
+        except Exception as e:
+            if _status(e) != 404:
+                raise MountError(f'cannot get {kind.singular} "{name}": {_api_message(e)}') from e
+            if _is_not_served(e, name):
+                raise ResourceNotServed(f"{kind.plural}: {NOT_SERVED}") from e
+            obj = None
+        if obj is not None and not isinstance(obj, dict):
+            raise MountError(f'cannot get {kind.singular} "{name}": the API answered {type(obj).__name__}')
+        if self._shared:
+            self._cache[key] = obj
+        return obj
+
+    async def configmap(self, namespace: str, name: str) -> JSONObj | None:
+        try:
+            return await self._get(CONFIGMAP, namespace, name)
+        except ResourceNotServed as e:
+            raise MountError(str(e)) from e
+
+    async def secret(self, namespace: str, name: str) -> JSONObj | None:
+        try:
+            return await self._get(SECRET, namespace, name)
+        except ResourceNotServed as e:
+            raise MountError(str(e)) from e
+
+    async def claim(self, namespace: str, name: str) -> JSONObj | None:
+        """Raises ``ResourceNotServed`` when the API server has no PersistentVolumeClaims."""
+        return await self._get(PVC, namespace, name)
+
+    async def persistent_volume(self, name: str) -> JSONObj | None:
+        return await self._get(PV, "", name)
+
+
+def not_found(kind: str, name: str) -> str:
+    return f'{kind} "{name}" not found'
+
+
+# ------------------------------------------------------------------------------------- tokens
+
+
+def parse_rfc3339(ts: str) -> float:
+    """``2024-05-01T12:00:00Z`` (fractions and offsets tolerated) → epoch seconds."""
+    base = ts.strip()
+    offset = 0
+    if base.endswith("Z"):
+        base = base[:-1]
+    elif len(base) > 6 and base[-6] in "+-" and base[-3] == ":":
+        sign = 1 if base[-6] == "+" else -1
+        offset = sign * (int(base[-5:-3]) * 3600 + int(base[-2:]) * 60)
+        base = base[:-6]
+    frac = 0.0
+    if "." in base:
+        base, f = base.split(".", 1)
+        frac = float("0." + f) if f.isdigit() else 0.0
+    return calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S")) + frac - offset
+
+
+@dataclass
+class Token:
+    token: str
+    issued_at: float
+    expires_at: float
+
+    def requires_refresh(self, now: float) -> bool:
+        """Upstream ``requiresRefresh``: older than 24 h, or 80 % of its lifetime gone."""
+        if now >= self.issued_at + MAX_TOKEN_TTL:
+            return True
+        return now >= self.issued_at + REFRESH_AT * (self.expires_at - self.issued_at)
+
+
+TokenKey = tuple[str, str, tuple[str, ...], int, str]  # namespace, service account, audiences, ttl, pod uid
+
+
+class TokenManager:
+    """Service-account tokens bound to pods, cached and refreshed (upstream ``token.Manager``)."""
+
+    def __init__(self, api: ObjectApi | None, *, clock: Callable[[], float] = time.time) -> None:
+        self.api = api
+        self.clock = clock
+        self._tokens: dict[TokenKey, Token] = {}
+
+    async def get(self, namespace: str, service_account: str, *, audiences: list[str], expiration: int,
+                  pod_name: str, pod_uid: str) -> str:
+        key: TokenKey = (namespace, service_account, tuple(audiences), expiration, pod_uid)
+        now = self.clock()
+        cached = self._tokens.get(key)
+        if cached is not None and not cached.requires_refresh(now):
+            return cached.token
+        try:
+            fresh = await self._request(namespace, service_account, audiences, expiration, pod_name, pod_uid)
+        except MountError as e:
+            if cached is not None and now < cached.expires_at:
+                log.warning("refreshing the token of %s/%s for pod %s failed, keeping the valid one: %s",
+                            namespace, service_account, pod_name, e.message)
+                return cached.token
+            raise
+        self._tokens[key] = fresh
+        return fresh.token
+
+    async def _request(self, namespace: str, service_account: str, audiences: list[str], expiration: int,
+                       pod_name: str, pod_uid: str) -> Token:
+        if self.api is None:
+            raise MountError("failed to fetch token: the agent runs without an API server")
+        body: JSONObj = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": audiences,
+                "expirationSeconds": expiration,
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": pod_uid},
+            },
+        }
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token"
+        try:
+            out = await self.api.create(path, body)
+        except Exception as e:
+            raise MountError(f"failed to fetch token: {_api_message(e)}") from e
+        status = out.get("status") if isinstance(out, dict) else None
+        if not isinstance(status, dict) or not isinstance(status.get("token"), str) or not status["token"]:
+            raise MountError("failed to fetch token: the TokenRequest answer has no status.token")
+        now = self.clock()
+        try:
+            expires = parse_rfc3339(str(status.get("expirationTimestamp") or ""))
+        except (ValueError, OverflowError):
+            expires = now + expiration
+        spec = out.get("spec")
+        ttl = spec.get("expirationSeconds") if isinstance(spec, dict) else None
+        if not isinstance(ttl, int) or isinstance(ttl, bool):
+            ttl = expiration
+        return Token(token=status["token"], issued_at=min(now, expires - ttl), expires_at=expires)
+
+    def forget_pod(self, uid: str) -> None:
+        for key in [k for k in self._tokens if k[4] == uid]:
+            del self._tokens[key]
