@@ -162,4 +162,5 @@ def test_fuzz_never_crashes(junk: bytes, kind: str) -> None:
             out = pb.decode_object(raw)
         except ValueError:
             continue
-        json.dumps(out)
+        # whatever decodes is a Kubernetes JSON object of a supported kind
+        assert isinstance(json.loads(json.dumps(out)), dict) and out["kind"] in pb.KINDS
