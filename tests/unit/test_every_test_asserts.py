@@ -36,7 +36,7 @@ def _asserts(node: ast.AST, helpers: dict[str, ast.AST], seen: set[str]) -> bool
     return False
 
 
-def tests_without_assertions() -> list[str]:
+def find_tests_without_assertions() -> list[str]:
     found = []
     for path in sorted(TESTS.rglob("test_*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
@@ -51,7 +51,7 @@ def tests_without_assertions() -> list[str]:
 
 
 def test_every_test_function_asserts_something() -> None:
-    missing = [t for t in tests_without_assertions() if t not in KNOWN_WITHOUT_ASSERT]
+    missing = [t for t in find_tests_without_assertions() if t not in KNOWN_WITHOUT_ASSERT]
     assert missing == [], "tests without any assertion (assert what the user would see):\n" + "\n".join(missing)
 
 
