@@ -1,5 +1,4 @@
-import importlib.util
-import pathlib
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,43 +13,34 @@ from pykubelet.server.nodelifecycle import (
     node_ready_left_true,
     unknown_conditions,
 )
+from tests.builders import node, pod
+from tests.fakes import FakeApi
 
-
-def _load_fake() -> Any:
-    # pytest runs with --import-mode=importlib, so the shared fake is loaded by path.
-    path = pathlib.Path(__file__).with_name("test_scheduler_fakeapi.py")
-    spec = importlib.util.spec_from_file_location("_pykubelet_test_fakeapi_nlc", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.FakeApi
-
-
-FakeApi = _load_fake()
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 
 
-def node(ready: str | None = "True", **spec: Any) -> dict[str, Any]:
-    conds = [
-        {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
-        {"type": "DiskPressure", "status": "False"},
-        {"type": "PIDPressure", "status": "False"},
-    ]
+PRESSURE_OK = [
+    {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
+    {"type": "DiskPressure", "status": "False"},
+    {"type": "PIDPressure", "status": "False"},
+]
+
+
+def kubelet_node(ready: str | None = "True", **spec: Any) -> dict[str, Any]:
+    """Node n1 as its kubelet last reported it at T0 (no Ready condition when ``ready`` is None)."""
+    conds = [*PRESSURE_OK]
     if ready:
         conds.append({"type": "Ready", "status": ready, "reason": "KubeletReady", "lastHeartbeatTime": fmt_time(T0)})
-    return {"metadata": {"name": "n1", "creationTimestamp": fmt_time(T0)}, "spec": spec, "status": {"conditions": conds}}
+    return node("n1", ready=None, conditions=conds, metadata={"creationTimestamp": fmt_time(T0)}, **spec)
 
 
 def lease(renew: datetime) -> dict[str, Any]:
     return {"metadata": {"name": "n1", "namespace": "kube-node-lease"}, "spec": {"holderIdentity": "n1", "renewTime": renew.isoformat()}}
 
 
-def pod(name: str, tolerations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"nodeName": "n1", "containers": [{"name": "c"}], "tolerations": tolerations or []},
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
-    }
+# A running, ready pod on n1 (tolerations none unless given).
+running_pod = functools.partial(pod, uid="", node_name="n1", tolerations=[],
+                                status={"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]})
 
 
 DEFAULT_TOLS = [
@@ -72,50 +62,50 @@ def test_health_tracker_uses_observation_time() -> None:
 
 
 def test_unknown_conditions() -> None:
-    conds = unknown_conditions(node(), T0)
+    conds = unknown_conditions(kubelet_node(), T0)
     assert conds is not None
     by = {c["type"]: c for c in conds}
     assert by["Ready"]["status"] == "Unknown"
     assert by["Ready"]["reason"] == "NodeStatusUnknown"
     assert by["Ready"]["message"] == "Kubelet stopped posting node status."
     assert {by[t]["status"] for t in ("MemoryPressure", "DiskPressure", "PIDPressure")} == {"Unknown"}
-    assert unknown_conditions({**node(), "status": {"conditions": conds}}, T0) is None
-    never = {c["type"]: c for c in unknown_conditions(node(ready=None), T0) or []}
+    assert unknown_conditions({**kubelet_node(), "status": {"conditions": conds}}, T0) is None
+    never = {c["type"]: c for c in unknown_conditions(kubelet_node(ready=None), T0) or []}
     assert never["Ready"]["reason"] == "NodeStatusNeverUpdated"
 
 
 def test_desired_taints_follow_conditions() -> None:
-    assert desired_taints(node("True"), T0) == []
-    t = desired_taints(node("Unknown"), T0)
+    assert desired_taints(kubelet_node("True"), T0) == []
+    t = desired_taints(kubelet_node("Unknown"), T0)
     assert {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": fmt_time(T0)} in t
     assert {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"} in t
-    t2 = desired_taints(node("False", taints=[{"key": "mine", "effect": "NoSchedule"}, *t]), T0 + timedelta(seconds=9))
+    t2 = desired_taints(kubelet_node("False", taints=[{"key": "mine", "effect": "NoSchedule"}, *t]), T0 + timedelta(seconds=9))
     assert {"key": "mine", "effect": "NoSchedule"} in t2
     assert not any(x["key"] == "node.kubernetes.io/unreachable" for x in t2)
     assert {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute", "timeAdded": fmt_time(T0 + timedelta(seconds=9))} in t2
     # Existing managed taints keep their timeAdded.
-    assert desired_taints(node("Unknown", taints=t), T0 + timedelta(seconds=99)) == t
-    assert desired_taints(node("True", unschedulable=True), T0) == [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
+    assert desired_taints(kubelet_node("Unknown", taints=t), T0 + timedelta(seconds=99)) == t
+    assert desired_taints(kubelet_node("True", unschedulable=True), T0) == [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
 
 
 def test_eviction_time() -> None:
     taints = [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": fmt_time(T0)}]
-    assert eviction_time(pod("p", DEFAULT_TOLS), taints, T0) == T0 + timedelta(seconds=300)
-    assert eviction_time(pod("p"), taints, T0 + timedelta(seconds=5)) == T0 + timedelta(seconds=5)
+    assert eviction_time(running_pod("p", tolerations=DEFAULT_TOLS), taints, T0) == T0 + timedelta(seconds=300)
+    assert eviction_time(running_pod("p"), taints, T0 + timedelta(seconds=5)) == T0 + timedelta(seconds=5)
     forever = [{"operator": "Exists"}]
-    assert eviction_time(pod("p", forever), taints, T0) is None
+    assert eviction_time(running_pod("p", tolerations=forever), taints, T0) is None
     short = [{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10}]
-    assert eviction_time(pod("p", short), taints, T0) == T0 + timedelta(seconds=10)
-    assert eviction_time(pod("p"), [{"key": "x", "effect": "NoSchedule"}], T0) is None
+    assert eviction_time(running_pod("p", tolerations=short), taints, T0) == T0 + timedelta(seconds=10)
+    assert eviction_time(running_pod("p"), [{"key": "x", "effect": "NoSchedule"}], T0) is None
 
 
 async def test_controller_marks_unknown_taints_evicts_and_recovers() -> None:
     api = FakeApi()
     clock = [T0]
-    api.put("/api/v1/nodes/n1", node())
+    api.put("/api/v1/nodes/n1", kubelet_node())
     api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
-    api.put("/api/v1/namespaces/default/pods/quick", pod("quick", [{**DEFAULT_TOLS[1], "tolerationSeconds": 30}]))
-    api.put("/api/v1/namespaces/default/pods/slow", pod("slow", DEFAULT_TOLS))
+    api.put("/api/v1/namespaces/default/pods/quick", running_pod("quick", tolerations=[{**DEFAULT_TOLS[1], "tolerationSeconds": 30}]))
+    api.put("/api/v1/namespaces/default/pods/slow", running_pod("slow", tolerations=DEFAULT_TOLS))
     c = NodeLifecycleController(api, clock=lambda: clock[0])  # type: ignore[arg-type]
     for path, handler in (
         ("/api/v1/nodes", c.on_node_event),
@@ -145,8 +135,8 @@ async def test_controller_marks_unknown_taints_evicts_and_recovers() -> None:
 
     # The kubelet comes back: lease renewed and Ready posted -> taints removed, no more evictions.
     c.on_lease_event("MODIFIED", lease(clock[0]))
-    c.on_node_event("MODIFIED", {**api.objects["/api/v1/nodes/n1"], "status": node()["status"]})
-    api.objects["/api/v1/nodes/n1"]["status"] = node()["status"]
+    c.on_node_event("MODIFIED", {**api.objects["/api/v1/nodes/n1"], "status": kubelet_node()["status"]})
+    api.objects["/api/v1/nodes/n1"]["status"] = kubelet_node()["status"]
     clock[0] = T0 + timedelta(seconds=400)
     c.on_lease_event("MODIFIED", lease(clock[0]))
     await c.reconcile()
@@ -172,7 +162,7 @@ def _pod_ready(api: Any, name: str) -> str:
 
 
 def _kubelet_posts(c: NodeLifecycleController, api: Any, ready: str, at: datetime) -> None:
-    n = {**api.objects["/api/v1/nodes/n1"], "status": node(ready)["status"]}
+    n = {**api.objects["/api/v1/nodes/n1"], "status": kubelet_node(ready)["status"]}
     for cond in n["status"]["conditions"]:
         cond["lastHeartbeatTime"] = fmt_time(at)
     api.objects["/api/v1/nodes/n1"] = n
@@ -183,10 +173,10 @@ def _kubelet_posts(c: NodeLifecycleController, api: Any, ready: str, at: datetim
 async def test_pods_of_a_node_whose_kubelet_reports_not_ready_are_marked_not_ready() -> None:
     api = FakeApi()
     clock = [T0]
-    api.put("/api/v1/nodes/n1", node())
+    api.put("/api/v1/nodes/n1", kubelet_node())
     api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
-    api.put("/api/v1/namespaces/default/pods/a", pod("a", DEFAULT_TOLS))
-    api.put("/api/v1/namespaces/default/pods/b", pod("b", DEFAULT_TOLS))
+    api.put("/api/v1/namespaces/default/pods/a", running_pod("a", tolerations=DEFAULT_TOLS))
+    api.put("/api/v1/namespaces/default/pods/b", running_pod("b", tolerations=DEFAULT_TOLS))
     c = await _controller(api, clock)
     await c.reconcile()
     assert (_pod_ready(api, "a"), _pod_ready(api, "b")) == ("True", "True")
@@ -218,9 +208,9 @@ async def test_pods_of_a_node_whose_kubelet_reports_not_ready_are_marked_not_rea
 async def test_marking_pods_not_ready_is_retried_after_a_failed_update() -> None:
     api = FakeApi()
     clock = [T0]
-    api.put("/api/v1/nodes/n1", node())
+    api.put("/api/v1/nodes/n1", kubelet_node())
     api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
-    api.put("/api/v1/namespaces/default/pods/a", pod("a", DEFAULT_TOLS))
+    api.put("/api/v1/namespaces/default/pods/a", running_pod("a", tolerations=DEFAULT_TOLS))
     c = await _controller(api, clock)
     await c.reconcile()
     real_patch = api.patch
@@ -245,9 +235,9 @@ async def test_marking_pods_not_ready_is_retried_after_a_failed_update() -> None
 async def test_a_pod_seen_on_a_node_that_is_not_ready_is_marked_not_ready() -> None:
     api = FakeApi()
     clock = [T0]
-    api.put("/api/v1/nodes/n1", node("False"))
+    api.put("/api/v1/nodes/n1", kubelet_node("False"))
     api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
-    api.put("/api/v1/namespaces/default/pods/a", pod("a", DEFAULT_TOLS))
+    api.put("/api/v1/namespaces/default/pods/a", running_pod("a", tolerations=DEFAULT_TOLS))
     c = await _controller(api, clock)
     await c.reconcile()
     assert _pod_ready(api, "a") == "False"
@@ -256,9 +246,9 @@ async def test_a_pod_seen_on_a_node_that_is_not_ready_is_marked_not_ready() -> N
 async def test_a_paused_controller_gives_nodes_a_fresh_grace_period_instead_of_marking_them_unknown() -> None:
     api = FakeApi()
     clock = [T0]
-    api.put("/api/v1/nodes/n1", node())
+    api.put("/api/v1/nodes/n1", kubelet_node())
     api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
-    api.put("/api/v1/namespaces/default/pods/a", pod("a", DEFAULT_TOLS))
+    api.put("/api/v1/namespaces/default/pods/a", running_pod("a", tolerations=DEFAULT_TOLS))
     c = await _controller(api, clock)
     await c.reconcile()
     # The whole control plane was stopped for 60 s: no lease could be observed meanwhile.
@@ -288,4 +278,4 @@ def test_a_malformed_toleration_seconds_never_crashes_eviction() -> None:
     taints = [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": fmt_time(T0)}]
     odd = [{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
             "tolerationSeconds": "soon"}, "not-a-toleration"]
-    assert eviction_time(pod("p", odd), taints, T0) is None  # tolerated, for ever
+    assert eviction_time(running_pod("p", tolerations=odd), taints, T0) is None  # tolerated, for ever
