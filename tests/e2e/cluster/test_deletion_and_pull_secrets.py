@@ -42,17 +42,17 @@ def _running(cluster, pod_name: str) -> list[pb.Container]:  # type: ignore[no-u
     return [c for c in _containers(cluster, pod_name) if c.state == pb.CONTAINER_RUNNING]
 
 
-def _pod(cluster, name: str) -> dict:  # type: ignore[no-untyped-def]
+def _get_pod(cluster, name: str) -> dict:  # type: ignore[no-untyped-def]
     res = cluster.kubectl("get", "pod", name, "-o", "json", check=False)
     return json.loads(res.stdout) if res.returncode == 0 else {}
 
 
 def _phase(cluster, name: str) -> str:  # type: ignore[no-untyped-def]
-    return str(_pod(cluster, name).get("status", {}).get("phase", ""))
+    return str(_get_pod(cluster, name).get("status", {}).get("phase", ""))
 
 
 def _waiting_reason(cluster, name: str) -> str:  # type: ignore[no-untyped-def]
-    for cs in _pod(cluster, name).get("status", {}).get("containerStatuses") or []:
+    for cs in _get_pod(cluster, name).get("status", {}).get("containerStatuses") or []:
         return str(cs.get("state", {}).get("waiting", {}).get("reason", ""))
     return ""
 
@@ -174,7 +174,7 @@ def test_private_registry_needs_image_pull_secret(cluster, private_registry) -> 
                         "--docker-username=alice", "--docker-password=s3cret")
         cluster.kubectl("apply", "-f", "-", input=_private_pod("with-secret", ref, "agent-regcred"))
         cluster.wait_for("with-secret Running", lambda: _phase(cluster, "with-secret") == "Running", 90)
-        status = _pod(cluster, "with-secret")["status"]["containerStatuses"][0]
+        status = _get_pod(cluster, "with-secret")["status"]["containerStatuses"][0]
         assert status["image"].startswith(reg.host) or status["imageID"]
         events = cluster.kubectl("get", "events", "--field-selector", "involvedObject.name=with-secret").stdout
         assert "Pulled" in events

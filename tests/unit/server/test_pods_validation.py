@@ -1,4 +1,5 @@
 import copy
+import functools
 from typing import Any
 
 import pytest
@@ -12,20 +13,14 @@ from pykubelet.common.podspec import (
     validate_metadata,
     validate_pod,
 )
+from tests.builders import container, pod
 
-
-def mkpod(**spec: Any) -> dict[str, Any]:
-    p: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "image": "nginx"}], **spec},
-    }
-    return p
+# A pod manifest as a user submits it (no uid, no status).
+manifest = functools.partial(pod, "web", uid="", containers=[container(image="nginx")])
 
 
 def defaulted(**spec: Any) -> dict[str, Any]:
-    p = mkpod(**spec)
+    p = manifest(**spec)
     default_pod(p)
     return p
 
@@ -68,7 +63,7 @@ def test_image_pull_policy_and_container_defaults() -> None:
     assert default_image_pull_policy("nginx:1.25") == "IfNotPresent"
     assert default_image_pull_policy("localhost:5000/app") == "Always"
     assert default_image_pull_policy("busybox@sha256:abcd") == "IfNotPresent"
-    p = mkpod(hostNetwork=True)
+    p = manifest(hostNetwork=True)
     c = p["spec"]["containers"][0]
     c["ports"] = [{"containerPort": 80}]
     c["readinessProbe"] = {"httpGet": {"port": 80}}
@@ -97,7 +92,7 @@ def test_invalid_name_and_missing_image() -> None:
 
 
 def test_duplicate_container_names_and_bad_restart_policy() -> None:
-    p = mkpod(restartPolicy="Sometimes")
+    p = manifest(restartPolicy="Sometimes")
     p["spec"]["containers"].append({"name": "c", "image": "busybox"})
     default_pod(p)
     errs = validate_pod(p)
