@@ -34,7 +34,7 @@ import pytest
 from pykubelet.common.apiclient import ApiClient, ApiError
 from pykubelet.up.containerd import PrivateContainerd
 
-from .conftest import free_port, stop_process
+from ..conftest import free_port, stop_process
 
 LOAD_PODS = 10
 NODE = "pk-faults"
