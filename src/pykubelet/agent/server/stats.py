@@ -9,7 +9,9 @@ figures from the root cgroup / procfs:
   ``/proc/stat`` jiffies; ``usageNanoCores`` is the rate between two samples (kept per provider, as
   upstream's CRI provider caches the previous sample);
 * node memory: working set = usage - inactive file (cgroup root), else MemTotal - MemAvailable;
-* fs: statvfs of the kubelet root dir (nodefs); rlimit from ``pid_max`` and the process count.
+* fs: statvfs of the kubelet root dir (nodefs); rlimit from ``pid_max`` and the process count;
+* pod ``volume``: every volume materialized under ``<root-dir>/pods/<uid>/volumes`` (du for used
+  bytes and inodes, statfs for capacity), as upstream's volume stats (``volumemanager.stats``).
 
 JSON field names and nesting follow k8s.io/kubelet/pkg/apis/stats/v1alpha1 (``podRef``,
 ``usageCoreNanoSeconds``, ``workingSetBytes``, ``ephemeral-storage`` …); metric names/labels follow
@@ -23,9 +25,11 @@ import contextlib
 import os
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from pykubelet.agent.server.logs import format_rfc3339_nano
+from pykubelet.agent.volumemanager.stats import pod_volume_stats
 from pykubelet.common.labels import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 from pykubelet.common.procfs import read_meminfo
 
@@ -208,6 +212,14 @@ class StatsProvider:
             }))
         return pods
 
+    def _add_volume_stats(self, pods: list[dict[str, Any]]) -> None:
+        """Each pod's ``volume`` list: usage of its volumes under ``<root-dir>/pods/<uid>/volumes``."""
+        pods_dir = Path(self.root_dir) / "pods"
+        for p in pods:
+            uid = (p.get("podRef") or {}).get("uid")
+            if uid:
+                p["volume"] = pod_volume_stats(pods_dir, str(uid))
+
     @staticmethod
     def _finish_pod(pod: dict[str, Any]) -> dict[str, Any]:
         used = sum(c.get("rootfs", {}).get("usedBytes", 0) + c.get("logs", {}).get("usedBytes", 0)
@@ -264,6 +276,7 @@ class StatsProvider:
             "systemContainers": [],
         }
         pods = await self._pod_stats()
+        await asyncio.to_thread(self._add_volume_stats, pods)
         if not keep_ids:
             for p in pods:
                 for c in p["containers"]:
