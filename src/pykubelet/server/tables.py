@@ -6,7 +6,9 @@ a resource name and objects to the Table dict; one printer per resource returns 
 definitions and a row builder.  Like the upstream API server, rows are always built in "wide"
 form (priority-1 columns included) and kubectl hides priority-1 columns unless ``-o wide``.
 Each row carries a PartialObjectMetadata with the full metadata so that ``-A`` (NAMESPACE) and
-``--show-labels`` work.
+``--show-labels`` work.  A printer that trips over one stored object (a shape it does not expect)
+costs only that row its cells, which print ``<unknown>`` (NAME and AGE still shown), never the
+Table: kubectl would otherwise fall back to bare names for the whole namespace.
 
 Upstream behaviour followed (pkg/printers/internalversion/printers.go and
 k8s.io/apimachinery/pkg/util/duration): column names/types/priorities, the pod STATUS algorithm
@@ -103,7 +105,8 @@ def since(value: Any, now: datetime) -> str:
 
 
 def _meta(o: Obj) -> Obj:
-    return o.get("metadata") or {}
+    m = o.get("metadata") or {}
+    return m if isinstance(m, dict) else {}
 
 
 def _name(o: Obj) -> str:
@@ -513,8 +516,25 @@ def _printers() -> dict[str, tuple[list[dict[str, Any]], RowFn]]:
 PRINTERS = _printers()
 
 
-def columns_for(resource: str) -> list[dict[str, Any]]:
-    return PRINTERS.get(resource, PRINTERS["generic"])[0]
+# What a printer raises on a stored object of an unexpected shape (e.g. written before the server
+# decoded bodies against their types): such a row still prints, with ``<unknown>`` cells, instead
+# of the whole Table failing and kubectl losing every column.
+_BAD_DATA = (AttributeError, TypeError, ValueError, KeyError, IndexError, OverflowError)
+
+
+def _fallback_cells(cols: list[dict[str, Any]], o: Obj, now: datetime) -> list[Any]:
+    out: list[Any] = []
+    for c in cols:
+        try:
+            if c is NAME_COL:
+                out.append(_name(o))
+            elif c is AGE_COL:
+                out.append(_age(o, now))
+            else:
+                out.append("<unknown>")
+        except _BAD_DATA:
+            out.append("<unknown>")
+    return out
 
 
 def partial_object_metadata(obj: Obj) -> dict[str, Any]:
@@ -538,7 +558,10 @@ def to_table(
     cols, row_fn = PRINTERS.get(resource, PRINTERS["generic"])
     rows = []
     for o in objs:
-        cells, conds = row_fn(o, now)
+        try:
+            cells, conds = row_fn(o, now)
+        except _BAD_DATA:
+            cells, conds = _fallback_cells(cols, o, now), None
         row: dict[str, Any] = {"cells": cells, "object": partial_object_metadata(o)}
         if conds:
             row["conditions"] = conds
