@@ -36,6 +36,7 @@ Upstream behaviour followed:
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 import re
 from typing import Any
@@ -220,6 +221,16 @@ def qualified_name_errors(value: str) -> list[str]:
         errs.append("name part must be no more than 63 characters")
     if name and not _QUALIFIED_RE.match(name):
         errs.append(QUALIFIED_NAME_MSG)
+    return errs
+
+
+def label_value_errors(value: str) -> list[str]:
+    """validation.IsValidLabelValue."""
+    errs = []
+    if len(value) > 63:
+        errs.append("must be no more than 63 characters")
+    if not _LABEL_VALUE_RE.match(value):
+        errs.append(LABEL_VALUE_MSG)
     return errs
 
 
@@ -587,6 +598,8 @@ def _validate_container(
             errs.append((f"{ep}.name", invalid(ename, ENV_VAR_MSG)))
         if isinstance(e, dict) and e.get("valueFrom") is not None and not isinstance(e["valueFrom"], dict):
             errs.append((f"{ep}.valueFrom", invalid(e["valueFrom"], "must be an object")))
+        elif isinstance(e, dict):
+            errs.extend(validate_env_value_from(e, f"{ep}.valueFrom"))
     for i, vm in enumerate(c.get("volumeMounts") or []):
         vp = f"{path}.volumeMounts[{i}]"
         if not isinstance(vm, dict):
@@ -599,6 +612,7 @@ def _validate_container(
         if not vm.get("mountPath"):
             errs.append((f"{vp}.mountPath", required()))
     errs.extend(_validate_resources(c.get("resources"), f"{path}.resources"))
+    errs.extend(validate_container_security_context(c.get("securityContext"), f"{path}.securityContext"))
     if kind == "initContainers":
         rp = c.get("restartPolicy")
         if rp is not None and rp != "Always":
@@ -719,6 +733,10 @@ def validate_pod_spec(spec: Any, path: str = "spec") -> FieldErrors:
         for m in dns1123_subdomain_errors(sa):
             errs.append((f"{path}.serviceAccountName", invalid(sa, m)))
     errs.extend(_validate_tolerations(spec.get("tolerations"), f"{path}.tolerations"))
+    errs.extend(validate_pod_security_context(spec.get("securityContext"), f"{path}.securityContext"))
+    for i, v in enumerate(spec.get("volumes") or []):
+        if isinstance(v, dict):
+            errs.extend(_downward_volume_errors(v, f"{path}.volumes[{i}]"))
     return errs
 
 
@@ -776,6 +794,241 @@ def validate_pod(pod: dict[str, Any], old: dict[str, Any] | None = None) -> Fiel
             errs.append(("spec.activeDeadlineSeconds", invalid(None, "must not update from a positive integer to nil value")))
         elif old_ads is not None and isinstance(new_ads, int) and new_ads > old_ads:
             errs.append(("spec.activeDeadlineSeconds", invalid(new_ads, "must be less than or equal to previous value")))
+    return errs
+
+
+
+# --- security contexts, sysctls, env sources, status (pkg/apis/core/validation) ---------------
+
+_MAX_ID = 2147483647  # validation.IsValidUserID / IsValidGroupID: 0..MaxInt32
+_ID_MSG = f"must be between 0 and {_MAX_ID}, inclusive"
+SYSCTL_SEGMENT_FMT = "[a-z0-9]([-_a-z0-9]*[a-z0-9])?"
+SYSCTL_FMT = f"^({SYSCTL_SEGMENT_FMT}[\\./])*{SYSCTL_SEGMENT_FMT}$"
+_SYSCTL_RE = re.compile(SYSCTL_FMT)
+_PROFILE_TYPES = ["Localhost", "RuntimeDefault", "Unconfined"]
+# validEnvDownwardAPIFieldPathExpressions / validVolumeDownwardAPIFieldPathExpressions
+ENV_FIELD_PATHS = ["metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
+                   "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP", "status.podIPs"]
+VOLUME_FIELD_PATHS = ["metadata.annotations", "metadata.labels", "metadata.name", "metadata.namespace",
+                      "metadata.uid"]
+# podshelper.ConvertDownwardAPIFieldLabel: what a v1 pod fieldPath may name at all
+_CONVERTIBLE_FIELD_PATHS = {"metadata.annotations", "metadata.labels", "metadata.name", "metadata.namespace",
+                            "metadata.uid", "spec.nodeName", "spec.restartPolicy", "spec.serviceAccountName",
+                            "spec.schedulerName", "status.phase", "status.hostIP", "status.hostIPs",
+                            "status.podIP", "status.podIPs", "spec.host"}
+RESOURCE_FIELD_PATHS = ["limits.cpu", "limits.ephemeral-storage", "limits.memory", "requests.cpu",
+                        "requests.ephemeral-storage", "requests.memory"]
+_SUBSCRIPTED = re.compile(r"^(.+)\['(.*)'\]$")
+_SYSTEM_POD_CONDITIONS = {"PodScheduled", "Ready", "Initialized", "ContainersReady"}
+
+
+def config_key_errors(key: str) -> list[str]:
+    """validation.IsConfigMapKey."""
+    errs = []
+    if len(key) > 253:
+        errs.append("must be no more than 253 characters")
+    if not re.fullmatch(r"[-._a-zA-Z0-9]+", key):
+        errs.append("a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. "
+                    "'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')")
+    if key == ".":
+        errs.append("must not be '.'")
+    elif key == "..":
+        errs.append("must not be '..'")
+    elif key.startswith(".."):
+        errs.append("must not start with '..'")
+    return errs
+
+
+def _id_errors(sc: dict[str, Any], keys: tuple[str, ...], path: str) -> FieldErrors:
+    errs: FieldErrors = []
+    for k in keys:
+        v = sc.get(k)
+        ids = v if isinstance(v, list) else [v]
+        for i, n in enumerate(ids):
+            if isinstance(n, int) and not 0 <= n <= _MAX_ID:
+                p = f"{path}.{k}" + (f"[{i}]" if isinstance(v, list) else "")
+                errs.append((p, invalid(n, _ID_MSG)))
+    return errs
+
+
+def _profile_errors(profile: Any, path: str, what: str) -> FieldErrors:
+    """ValidateSeccompProfileField / validateAppArmorProfileField."""
+    if not isinstance(profile, dict):
+        return []
+    typ, local = profile.get("type"), profile.get("localhostProfile")
+    if typ == "Localhost":
+        if not local:
+            return [(f"{path}.localhostProfile", required(f"must be set when {what} type is Localhost"))]
+        return []
+    if typ in ("RuntimeDefault", "Unconfined"):
+        if local is not None:
+            return [(f"{path}.localhostProfile", invalid(profile, f"can only be set when {what} type is Localhost"))]
+        return []
+    return [(f"{path}.type", not_supported(typ or "", _PROFILE_TYPES))]
+
+
+def _enum_errors(value: Any, allowed: list[str], path: str) -> FieldErrors:
+    return [] if value is None or value in allowed else [(path, not_supported(value, allowed))]
+
+
+def validate_pod_security_context(sc: Any, path: str) -> FieldErrors:
+    if not isinstance(sc, dict):
+        return []
+    errs = _id_errors(sc, ("runAsUser", "runAsGroup", "fsGroup", "supplementalGroups"), path)
+    errs += _enum_errors(sc.get("fsGroupChangePolicy"), ["OnRootMismatch", "Always"], f"{path}.fsGroupChangePolicy")
+    errs += _enum_errors(sc.get("supplementalGroupsPolicy"), ["Merge", "Strict"], f"{path}.supplementalGroupsPolicy")
+    errs += _profile_errors(sc.get("seccompProfile"), f"{path}.seccompProfile", "seccomp")
+    errs += _profile_errors(sc.get("appArmorProfile"), f"{path}.appArmorProfile", "AppArmor")
+    names: set[str] = set()
+    for i, s in enumerate(sc.get("sysctls") or []):
+        sp = f"{path}.sysctls[{i}]"
+        name = s.get("name") or "" if isinstance(s, dict) else ""
+        if not name:
+            errs.append((f"{sp}.name", required()))
+        elif len(name) > 253 or not _SYSCTL_RE.match(name):
+            errs.append((f"{sp}.name", invalid(name, f"must have at most 253 characters and match regex {SYSCTL_FMT}")))
+        elif name in names:
+            errs.append((f"{sp}.name", duplicate(name)))
+        names.add(name)
+    return errs
+
+
+def validate_container_security_context(sc: Any, path: str) -> FieldErrors:
+    if not isinstance(sc, dict):
+        return []
+    errs = _id_errors(sc, ("runAsUser", "runAsGroup"), path)
+    errs += _enum_errors(sc.get("procMount"), ["Default", "Unmasked"], f"{path}.procMount")
+    errs += _profile_errors(sc.get("seccompProfile"), f"{path}.seccompProfile", "seccomp")
+    errs += _profile_errors(sc.get("appArmorProfile"), f"{path}.appArmorProfile", "AppArmor")
+    if sc.get("allowPrivilegeEscalation") is False:
+        if sc.get("privileged") is True:
+            errs.append((path, invalid(sc, "cannot set `allowPrivilegeEscalation` to false and `privileged` to true")))
+        caps = sc.get("capabilities") or {}
+        if "CAP_SYS_ADMIN" in (caps.get("add") or []):
+            errs.append((path, invalid(sc, "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` "
+                                           "CAP_SYS_ADMIN")))
+    return errs
+
+
+def _field_ref_errors(fs: dict[str, Any], supported: list[str], path: str) -> FieldErrors:
+    """validateObjectFieldSelector."""
+    if not fs.get("apiVersion"):
+        return [(f"{path}.apiVersion", required())]
+    fp = fs.get("fieldPath") or ""
+    if not fp:
+        return [(f"{path}.fieldPath", required())]
+    m = _SUBSCRIPTED.match(fp)
+    if fs["apiVersion"] != "v1":
+        why = f"unsupported pod version: {fs['apiVersion']}"
+    elif m is not None and m.group(1) not in ("metadata.annotations", "metadata.labels"):
+        why = f"field label does not support subscript: {fp}"
+    elif m is None and fp not in _CONVERTIBLE_FIELD_PATHS:
+        why = f"field label not supported: {fp}"
+    else:
+        why = ""
+    if why:
+        return [(f"{path}.fieldPath", invalid(fp, f"error converting fieldPath: {why}"))]
+    if m is not None:
+        sub = m.group(2).lower() if m.group(1) == "metadata.annotations" else m.group(2)
+        return [(path, invalid(sub, msg)) for msg in qualified_name_errors(sub)]
+    internal = "spec.nodeName" if fp == "spec.host" else fp
+    if internal not in supported:
+        return [(f"{path}.fieldPath", not_supported(internal, supported))]
+    return []
+
+
+def _key_selector_errors(sel: dict[str, Any], path: str) -> FieldErrors:
+    """validateConfigMapKeySelector / validateSecretKeySelector."""
+    errs = [(f"{path}.name", invalid(sel.get("name") or "", m))
+            for m in dns1123_subdomain_errors(sel.get("name") or "")]
+    key = sel.get("key") or ""
+    if not key:
+        errs.append((f"{path}.key", required()))
+    else:
+        errs += [(f"{path}.key", invalid(key, m)) for m in config_key_errors(key)]
+    return errs
+
+
+def _resource_ref_errors(ref: dict[str, Any], path: str) -> FieldErrors:
+    res = ref.get("resource") or ""
+    if not res:
+        return [(f"{path}.resource", required())]
+    if res in RESOURCE_FIELD_PATHS or res.startswith(("limits.hugepages-", "requests.hugepages-")):
+        return []
+    return [(f"{path}.resource", not_supported(res, RESOURCE_FIELD_PATHS))]
+
+
+def validate_env_value_from(e: dict[str, Any], path: str) -> FieldErrors:
+    """validateEnvVarValueFrom: exactly one source, each source well-formed."""
+    vf = e.get("valueFrom")
+    if not isinstance(vf, dict):
+        return []
+    errs: FieldErrors = []
+    sources = 0
+    if isinstance(vf.get("fieldRef"), dict):
+        sources += 1
+        errs += _field_ref_errors(vf["fieldRef"], ENV_FIELD_PATHS, f"{path}.fieldRef")
+    if isinstance(vf.get("resourceFieldRef"), dict):
+        sources += 1
+        errs += _resource_ref_errors(vf["resourceFieldRef"], f"{path}.resourceFieldRef")
+    for k in ("configMapKeyRef", "secretKeyRef"):
+        if isinstance(vf.get(k), dict):
+            sources += 1
+            errs += _key_selector_errors(vf[k], f"{path}.{k}")
+    if sources == 0:
+        errs.append((path, invalid("", "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` "
+                                       "or `secretKeyRef`")))
+    elif e.get("value"):
+        errs.append((path, invalid("", "may not be specified when `value` is not empty")))
+    elif sources > 1:
+        errs.append((path, invalid("", "may not have more than one field specified at a time")))
+    return errs
+
+
+def _downward_volume_errors(v: dict[str, Any], path: str) -> FieldErrors:
+    errs: FieldErrors = []
+    dapi = v.get("downwardAPI")
+    for i, item in enumerate((dapi or {}).get("items") or [] if isinstance(dapi, dict) else []):
+        if isinstance(item, dict) and isinstance(item.get("fieldRef"), dict):
+            errs += _field_ref_errors(item["fieldRef"], VOLUME_FIELD_PATHS, f"{path}.downwardAPI.items[{i}].fieldRef")
+    return errs
+
+
+def _ip_errors(value: Any, path: str) -> FieldErrors:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return [(path, invalid(value, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))]
+    return []
+
+
+def validate_pod_status(pod: dict[str, Any], old: dict[str, Any] | None = None) -> FieldErrors:
+    """The parts of ValidatePodStatusUpdate that judge the status itself: condition types,
+    nominatedNodeName, pod and host IPs (values, duplicates, podIP == podIPs[0])."""
+    status = pod.get("status")
+    if not isinstance(status, dict):
+        return []
+    errs: FieldErrors = []
+    for i, c in enumerate(status.get("conditions") or []):
+        t = c.get("type") or ""
+        if t not in _SYSTEM_POD_CONDITIONS:
+            errs += [(f"status.conditions[{i}].Type", invalid(t, m)) for m in qualified_name_errors(t)]
+    nnn = status.get("nominatedNodeName")
+    if nnn and nnn != ((old or {}).get("status") or {}).get("nominatedNodeName"):
+        errs += [("status.nominatedNodeName", invalid(nnn, m)) for m in dns1123_subdomain_errors(nnn)]
+    for single, plural in (("podIP", "podIPs"), ("hostIP", "hostIPs")):
+        ips = [x.get("ip") or "" for x in status.get(plural) or []]
+        seen: set[str] = set()
+        for i, ip in enumerate(ips):
+            errs += _ip_errors(ip, f"status.{plural}[{i}].ip")
+            if ip in seen:
+                errs.append((f"status.{plural}[{i}].ip", duplicate(ip)))
+            seen.add(ip)
+        one = status.get(single)
+        if one:
+            errs += _ip_errors(one, f"status.{single}")
+            if ips and ips[0] != one:
+                errs.append((f"status.{plural}[0].ip", invalid(ips[0], f"must be equal to {single}")))
     return errs
 
 
