@@ -5,13 +5,31 @@ One catch-all aiohttp route parses Kubernetes request paths the way upstream's
 ``resource[/name[/subresource[/rest]]]``, legacy ``/watch/`` prefix), authenticates and
 authorizes, then dispatches to :class:`pykubelet.server.registry.Registry`, which owns the
 object semantics.  Every error is a Status object (middleware), bodies are capped at 3 MiB (413,
-upstream's limit for JSON request bodies), JSON and YAML bodies are both accepted.
+upstream's limit for JSON request bodies).
+
+Request bodies and options are checked here the way upstream's handlers do before any object
+semantics run (``k8s.io/apiserver/pkg/endpoints/handlers``):
+
+* Content-Type is negotiated (``negotiation.NegotiateInputSerializer``): JSON, YAML or protobuf;
+  an absent header means JSON (upstream keeps that for old clients), anything else is 415
+  UnsupportedMediaType.  PATCH takes exactly the patch media types (json-patch, merge-patch,
+  strategic-merge-patch, apply-patch+yaml), anything else 415.
+* Parsing is bounded: nesting deeper than :data:`MAX_DEPTH` (JSON, YAML, patches) and YAML alias
+  bombs are 400, never a RecursionError; NaN/Infinity, YAML timestamps and binary never reach JSON
+  encoding.  Duplicate keys are remembered so ``fieldValidation`` can report them.
+* Query options are decoded as the Go option structs are (``DecodeParameters``: int64, bool,
+  uint64 resourceVersion; a parse error is 400) and validated (``ValidateCreateOptions`` and
+  friends: ``dryRun`` only ``All``, ``fieldValidation`` Ignore/Warn/Strict, ``fieldManager``
+  printable, <= 128 characters and required for apply; 422 Invalid with upstream's text).
 
 Watches stream one JSON object per line over a chunked 200 response, as upstream's
 ``WatchServer``; an expired resourceVersion is reported as an ``ERROR`` event carrying a 410
 Expired Status (what the watch cache does), bookmarks are sent every ``bookmark_interval`` when
-``allowWatchBookmarks=true``, and the stream ends after ``timeoutSeconds``.  With a Table Accept
-header each watch event carries a one-row Table, which is what ``kubectl get -w`` prints.
+``allowWatchBookmarks=true``.  A watch ends after ``timeoutSeconds``, and never later than the
+server's own watch timeout, drawn per watch between ``min_request_timeout`` and twice that
+(upstream's ``--min-request-timeout``, default 1800 s), so no client can hold one open forever.
+With a Table Accept header each watch event carries a one-row Table, which is what
+``kubectl get -w`` prints.
 """
 
 from __future__ import annotations
@@ -20,26 +38,44 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
+import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
 import yaml
 from aiohttp import web
+from multidict import CIMultiDict
 
 from pykubelet.server import discovery, kubeletproxy, protobuf
 from pykubelet.server.auth import PKI, Attributes, Authorizer, TokenAuth, UserInfo, user_from_peercert
-from pykubelet.server.errors import StatusError, bad_request, method_not_allowed
+from pykubelet.server.errors import StatusError, bad_request, invalid_options, method_not_allowed
+from pykubelet.server.patch import PATCH_TYPES
 from pykubelet.server.registry import Registry, RequestContext
 from pykubelet.server.resources import ResourceInfo, lookup
 from pykubelet.server.selectors import parse_field_selector, parse_label_selector
 from pykubelet.server.storage import WatchEvent
+from pykubelet.server.validation import resource_version_error
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024
 JSON_CT = "application/json"
+# Nesting bound for every body we parse: deeper than any built-in object (managedFields, ~12) needs,
+# shallow enough that the recursive code after parsing (typed decoding, merges, deepcopy) stays far
+# from Python's recursion limit.
+MAX_DEPTH = 100
+# A YAML document whose aliases would expand past this many nodes is refused ("billion laughs").
+MAX_YAML_NODES = 200_000
+DEFAULT_MIN_REQUEST_TIMEOUT = 1800.0
+INPUT_MEDIA_TYPES = ("application/json", "application/yaml", "application/vnd.kubernetes.protobuf")
+# Upstream's order in the 415 message (installer.go supportedTypes).
+PATCH_MEDIA_TYPES = ("application/json-patch+json", "application/merge-patch+json",
+                     "application/strategic-merge-patch+json", "application/apply-patch+yaml")
+_GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
 
 
 @dataclass
@@ -101,15 +137,18 @@ def parse_request_info(method: str, path: str, query: dict[str, str]) -> Request
 
 
 def json_response(obj: Any, status: int = 200, content_type: str = JSON_CT,
-                  headers: dict[str, str] | None = None) -> web.Response:
+                  headers: CIMultiDict[str] | None = None) -> web.Response:
+    h: CIMultiDict[str] = CIMultiDict(headers or {})
+    if ";" in content_type:
+        h["Content-Type"] = content_type
     return web.Response(body=json.dumps(obj, separators=(",", ":")).encode(), status=status,
-                        content_type=None if ";" in content_type else content_type,
-                        headers={**({"Content-Type": content_type} if ";" in content_type else {}),
-                                 **(headers or {})})
+                        content_type=None if ";" in content_type else content_type, headers=h)
 
 
 def status_response(err: StatusError) -> web.Response:
-    headers = {"Retry-After": str(err.retry_after)} if err.retry_after is not None else None
+    headers: CIMultiDict[str] = CIMultiDict()
+    if err.retry_after is not None:
+        headers["Retry-After"] = str(err.retry_after)
     return json_response(err.status(), err.code, headers=headers)
 
 
@@ -117,16 +156,164 @@ def wants_table(accept: str) -> bool:
     return "as=Table" in accept.replace(" ", "")
 
 
-def decode_body(raw: bytes, content_type: str) -> Any:
-    """JSON or YAML (upstream accepts application/yaml; apply-patch is YAML)."""
-    ct = content_type.split(";")[0].strip().lower()
+# ------------------------------------------------------------------ body decoding
+@dataclass
+class Body:
+    """A decoded request body plus the duplicate keys its parser saw (``id(dict)`` -> keys)."""
+
+    obj: Any
+    duplicates: dict[int, list[str]] = field(default_factory=dict)
+
+
+def media_type(content_type: str) -> str:
+    return content_type.split(";")[0].strip().lower()
+
+
+def unsupported_media_type(accepted: tuple[str, ...]) -> StatusError:
+    return StatusError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                       "accepted media types include: " + ", ".join(accepted))
+
+
+def negotiate_input(content_type: str) -> str:
+    """The input media type (``NegotiateInputSerializer``): absent means JSON, unknown is 415."""
+    mt = media_type(content_type)
+    if not mt:
+        return "application/json"
+    if mt not in INPUT_MEDIA_TYPES:
+        raise unsupported_media_type(INPUT_MEDIA_TYPES)
+    return mt
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"invalid character '{name[0]}' looking for beginning of value")
+
+
+def _depth_exceeded(obj: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``obj`` nests deeper than ``limit`` (iterative: safe on any input)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, dict | list):
+            if d > limit:
+                return True
+            stack.extend((c, d + 1) for c in (o.values() if isinstance(o, dict) else o))
+    return False
+
+
+def parse_json(raw: bytes) -> Body:
+    """JSON as Go's decoder reads it: no NaN/Infinity, duplicates remembered, depth bounded."""
+    dups: dict[int, list[str]] = {}
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        d = dict(items)
+        if len(d) != len(items):
+            seen: set[str] = set()
+            dups[id(d)] = [k for k, _ in items if k in seen or seen.add(k)]  # type: ignore[func-returns-value]
+        return d
+
+    try:
+        obj = json.loads(raw, object_pairs_hook=pairs, parse_constant=_reject_constant)
+    except RecursionError as e:
+        raise ValueError("exceeded max depth") from e
+    if _depth_exceeded(obj):
+        raise ValueError("exceeded max depth")
+    return Body(obj, dups)
+
+
+class _YAMLLoader(yaml.SafeLoader):
+    """SafeLoader with the limits Go's YAML decoder has and JSON-compatible scalars.
+
+    Nesting is bounded while composing (PyYAML composes recursively), aliases are counted,
+    duplicate mapping keys are recorded, and timestamps / binary / sets come back as what
+    sigs.k8s.io/yaml turns them into for JSON (strings and maps) rather than Python objects
+    JSON cannot encode."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+        self.aliases = 0
+        self.duplicates: dict[int, list[str]] = {}
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise yaml.YAMLError(f"exceeded max depth of {MAX_DEPTH}")
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_json_map(self, node: yaml.MappingNode) -> Any:
+        data: dict[Any, Any] = {}
+        yield data
+        keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.value != "<<"]
+        seen: set[str] = set()
+        dup = [k for k in keys if k in seen or seen.add(k)]  # type: ignore[func-returns-value]
+        if dup:
+            self.duplicates[id(data)] = dup
+        data.update(self.construct_mapping(node))
+
+    def construct_text(self, node: yaml.Node) -> Any:
+        return str(node.value)
+
+
+_YAMLLoader.add_constructor("tag:yaml.org,2002:map", _YAMLLoader.construct_json_map)
+_YAMLLoader.add_constructor("tag:yaml.org,2002:set", _YAMLLoader.construct_json_map)
+_YAMLLoader.add_constructor("tag:yaml.org,2002:timestamp", _YAMLLoader.construct_text)
+_YAMLLoader.add_constructor("tag:yaml.org,2002:binary", _YAMLLoader.construct_text)
+
+
+def _json_compatible(obj: Any) -> Any:
+    """YAML keys as JSON strings (Go's YAML-to-JSON does the same); non-finite floats refused.
+    Iterative, and expands aliases at most :data:`MAX_YAML_NODES` nodes deep."""
+    budget = MAX_YAML_NODES
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(obj, root, 0)]
+    while stack:
+        src, parent, key = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise ValueError("document contains excessive aliasing")
+        if isinstance(src, dict):
+            out: Any = {}
+            for k, v in src.items():
+                sk = k if isinstance(k, str) else ("null" if k is None else json.dumps(k))
+                out[sk] = None
+                stack.append((v, out, sk))
+        elif isinstance(src, list):
+            out = [None] * len(src)
+            stack.extend((v, out, i) for i, v in enumerate(src))
+        elif isinstance(src, float) and not math.isfinite(src):
+            raise ValueError(f"json: unsupported value: {src}")
+        else:
+            out = src
+        parent[key] = out
+    return root[0]
+
+
+def parse_yaml(raw: bytes) -> Body:
+    loader = _YAMLLoader(raw.decode("utf-8"))
+    try:
+        obj = loader.get_single_data()
+    except RecursionError as e:
+        raise yaml.YAMLError(f"exceeded max depth of {MAX_DEPTH}") from e
+    finally:
+        loader.dispose()
+    return Body(_json_compatible(obj), loader.duplicates)
+
+
+def decode_body(raw: bytes, content_type: str) -> Body:
+    """A create/update/delete body in its negotiated media type; malformed input is 400."""
+    mt = negotiate_input(content_type)
     if not raw.strip():
-        return None
-    if ct.startswith("application/vnd.kubernetes.protobuf"):
+        return Body(None)
+    if mt == "application/vnd.kubernetes.protobuf":
         # kubectl's typed clients never fall back to JSON, so decode what they send (protobuf.py);
         # 415 only for kinds without a schema there, 400 for bytes that do not parse
         try:
-            return protobuf.decode_object(raw)
+            return Body(protobuf.decode_object(raw))
         except protobuf.UnsupportedKind as e:
             raise StatusError(415, "UnsupportedMediaType",
                               f"the body of the request was in an unknown format - {e}; accepted media types "
@@ -134,34 +321,156 @@ def decode_body(raw: bytes, content_type: str) -> Any:
                               f"(for {', '.join(sorted(protobuf.KINDS))})") from e
         except ValueError as e:
             raise bad_request(f"unable to decode protobuf body: {_one_line(e)}") from e
-    text_err: Exception
-    if ct in ("application/yaml", "application/apply-patch+yaml", "text/yaml"):
+    if mt == "application/yaml":
         try:
-            return yaml.safe_load(raw.decode("utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
-            text_err = e
+            return parse_yaml(raw)
+        except (yaml.YAMLError, ValueError) as e:
             raise bad_request(f"error converting YAML to JSON: {_one_line(e)}") from e
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        text_err = e
-    if ct in ("", "text/plain", "*/*"):
+        return parse_json(raw)
+    except ValueError as e:
+        raise bad_request(f"couldn't get version/kind; json parse error: {_one_line(e)}") from e
+
+
+def decode_patch(raw: bytes, ptype: str) -> Body:
+    """A PATCH body: YAML for apply, JSON for the other patch types."""
+    if not raw.strip():
+        raise bad_request("the body of the request was empty")
+    if ptype == "apply":
         try:
-            return yaml.safe_load(raw.decode("utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError):
-            pass
-    raise bad_request(f"couldn't get version/kind; json parse error: {_one_line(text_err)}")
+            return parse_yaml(raw)
+        except (yaml.YAMLError, ValueError) as e:
+            raise bad_request(f"error decoding YAML: {_one_line(e)}") from e
+    try:
+        return parse_json(raw)
+    except ValueError as e:
+        raise bad_request(f"error decoding patch: {_one_line(e)}") from e
+
+
+def _json_kind(v: Any) -> str:
+    return {bool: "bool", int: "number", float: "number", str: "string", list: "array"}.get(type(v), "object")
 
 
 def _one_line(e: Exception) -> str:
     return " ".join(str(e).split())
 
 
+# ------------------------------------------------------------------ query options
+def _single(query: Any, name: str) -> str | None:
+    """The first value of a query parameter (Go's DecodeParameters reads the first)."""
+    vals = query.getall(name, [])
+    return vals[0] if vals else None
+
+
+def parse_bool(value: str) -> bool:
+    """strconv.ParseBool."""
+    if value in _GO_TRUE:
+        return True
+    if value in _GO_FALSE:
+        return False
+    raise bad_request(f'strconv.ParseBool: parsing "{value}": invalid syntax')
+
+
+def parse_int64(value: str) -> int:
+    """strconv.ParseInt(value, 10, 64)."""
+    if not re.fullmatch(r"[+-]?[0-9]+", value):
+        raise bad_request(f'strconv.ParseInt: parsing "{value}": invalid syntax')
+    n = int(value)
+    if not -(2**63) <= n < 2**63:
+        raise bad_request(f'strconv.ParseInt: parsing "{value}": value out of range')
+    return n
+
+
+def int64_param(query: Any, name: str) -> int | None:
+    v = _single(query, name)
+    return None if v is None or v == "" else parse_int64(v)
+
+
+def bool_param(query: Any, name: str) -> bool:
+    v = _single(query, name)
+    return False if v is None or v == "" else parse_bool(v)
+
+
+def check_resource_version(rv: str | None) -> int | None:
+    """Our resourceVersions are etcd-style uint64 revisions (storage.APIObjectVersioner);
+    anything else is 400 (upstream answers 500 here, a known bug being fixed to 400)."""
+    if rv is None or rv == "":
+        return None
+    why = resource_version_error(rv)
+    if why:
+        raise bad_request(why)
+    return int(rv)
+
+
+def _go_string_slice(values: list[str]) -> str:
+    return "[]string{" + ", ".join(json.dumps(v) for v in values) + "}"
+
+
+def _field_manager_errors(manager: str) -> list[tuple[str, str]]:
+    errs: list[tuple[str, str]] = []
+    if len(manager) > 128:
+        errs.append(("fieldManager", "Too long: may not be more than 128 bytes"))
+    for i, ch in enumerate(manager):
+        if not ch.isprintable():  # unicode.IsPrint: no controls, no separators but ASCII space
+            errs.append(("fieldManager", f"Invalid value: {json.dumps(manager)}: invalid character "
+                         f"U+{ord(ch):04X} (at position {i})"))
+    return errs
+
+
+def write_options(query: Any, kind: str, *, apply: bool = False, patch: bool = False,
+                  extra_dry_run: list[str] | None = None) -> tuple[list[str], str, str]:
+    """Validate Create/Update/PatchOptions/DeleteOptions query parameters as upstream's
+    ``Validate<Kind>`` does (422 ``CreateOptions.meta.k8s.io "" is invalid: ...``).
+    Returns (dryRun values, fieldValidation, fieldManager)."""
+    errs: list[tuple[str, str]] = []
+    dry_run = list(query.getall("dryRun", [])) + list(extra_dry_run or [])
+    field_validation = _single(query, "fieldValidation") or ""
+    manager = _single(query, "fieldManager") or ""
+    if patch:
+        force = _single(query, "force")
+        if force:
+            parse_bool(force)
+            if not apply:
+                errs.append(("force", "Forbidden: may not be specified for non-apply patch"))
+        if apply and not manager:
+            errs.append(("fieldManager", "Required value: is required for apply patch"))
+    if kind != "DeleteOptions":
+        errs.extend(_field_manager_errors(manager))
+    if any(v != "All" for v in dry_run):
+        errs.append(("dryRun", f'Unsupported value: {_go_string_slice(dry_run)}: supported values: "All"'))
+    if kind != "DeleteOptions" and field_validation not in ("", "Ignore", "Warn", "Strict"):
+        errs.append(("fieldValidation", f'Unsupported value: {json.dumps(field_validation)}: supported values: '
+                     '"", "Ignore", "Strict", "Warn"'))
+    if errs:
+        raise invalid_options(kind, errs)
+    return dry_run, field_validation or "Warn", manager
+
+
+def _line(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+
+
+def _patch_type(ct: str) -> str:
+    t = PATCH_TYPES.get(media_type(ct))
+    if t is None:
+        raise unsupported_media_type(PATCH_MEDIA_TYPES)
+    return t
+
+
+def _warn_headers(warnings: list[str]) -> CIMultiDict[str]:
+    """One ``Warning: 299 - "..."`` header per warning (upstream's warning recorder)."""
+    h: CIMultiDict[str] = CIMultiDict()
+    for w in warnings:
+        h.add("Warning", '299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return h
+
+
 class ApiHttp:
     """aiohttp application wrapper."""
 
     def __init__(self, registry: Registry, pki: PKI, tokens: TokenAuth, authorizer: Authorizer, *,
-                 version_minor: str, insecure_admin: bool = False, bookmark_interval: float = 60.0) -> None:
+                 version_minor: str, insecure_admin: bool = False, bookmark_interval: float = 60.0,
+                 min_request_timeout: float = DEFAULT_MIN_REQUEST_TIMEOUT) -> None:
         self.registry = registry
         self.pki = pki
         self.tokens = tokens
@@ -169,9 +478,19 @@ class ApiHttp:
         self.version_minor = version_minor
         self.insecure_admin = insecure_admin
         self.bookmark_interval = bookmark_interval
+        # upstream --min-request-timeout: a watch without timeoutSeconds lasts between this and 2x
+        self.min_request_timeout = min_request_timeout
         self.server_addr = "127.0.0.1:6443"
         self._watch_tasks: set[asyncio.Task[Any]] = set()
         self.stopping = asyncio.Event()
+
+    def watch_timeout(self, requested: int | None) -> float:
+        """Seconds a watch may last: the server's own timeout, drawn like upstream's
+        ``minRequestTimeout * (1 + rand)``, or the client's ``timeoutSeconds`` when shorter."""
+        server = self.min_request_timeout * (random.random() + 1.0)
+        if requested is None or requested == 0:
+            return server
+        return max(min(float(requested), server), 0.0)
 
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors])
@@ -196,7 +515,7 @@ class ApiHttp:
             return status_response(StatusError(e.status, e.reason or "", e.text or e.reason or ""))
         except (asyncio.CancelledError, ConnectionResetError):
             raise
-        except Exception as e:  # never crash the server on bad input
+        except Exception as e:
             log.exception("internal error serving %s %s", request.method, request.path)
             return status_response(StatusError(500, "InternalError",
                                                f"Internal error occurred: {type(e).__name__}: {e}"))
@@ -216,7 +535,7 @@ class ApiHttp:
             return u
         ssl_obj = request.transport.get_extra_info("ssl_object") if request.transport else None
         if ssl_obj is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(ValueError):  # an unparsable client certificate authenticates nobody
                 u = user_from_peercert(ssl_obj.getpeercert(binary_form=True))
                 if u is not None:
                     return u
@@ -308,9 +627,10 @@ class ApiHttp:
             raise StatusError(404, "NotFound", "the server could not find the requested resource")
         if not info.subresource and info.verb not in ri.verbs and not (info.verb == "watch" and "watch" in ri.verbs):
             raise method_not_allowed()
+        q = request.query
         ctx = RequestContext(
-            user=user, query=dict(request.query), dry_run="dryRun" in request.query,
-            field_manager=request.query.get("fieldManager") or request.headers.get("User-Agent", "unknown").split("/")[0],
+            user=user, query=dict(q),
+            field_manager=_single(q, "fieldManager") or request.headers.get("User-Agent", "unknown").split("/")[0],
         )
         if info.subresource in ("log", "exec", "attach", "portforward", "proxy") and ri.resource in ("pods", "nodes"):
             return await self._proxy(request, ri, info, ctx)
@@ -320,6 +640,7 @@ class ApiHttp:
         if info.verb == "list":
             return await self._list(request, ri, info, ctx, accept)
         if info.verb == "get":
+            check_resource_version(_single(q, "resourceVersion"))
             obj = self.registry.get(ri, info.namespace, info.name, info.subresource)
             if wants_table(accept) and not info.subresource:
                 return json_response(self.registry.table(ri, [obj], self.registry.store.revision, None, None))
@@ -327,33 +648,31 @@ class ApiHttp:
         body_raw = await request.read()
         ct = request.headers.get("Content-Type", "")
         if info.verb in ("delete", "deletecollection"):
-            if ct.startswith("application/vnd.kubernetes.protobuf") and body_raw.strip():
-                try:
-                    options = protobuf.decode_delete_options(body_raw)
-                except ValueError as e:
-                    raise bad_request(f"unable to decode protobuf DeleteOptions: {_one_line(e)}") from e
-            else:
-                options = decode_body(body_raw, ct) or {}
-            if not isinstance(options, dict):
-                raise bad_request("DeleteOptions must be an object")
-            if info.verb == "delete":
-                obj, code = await self.registry.delete(ri, info.namespace, info.name, options, ctx)
-                return json_response(obj, code)
-            lst = await self.registry.delete_collection(ri, info.namespace, options, ctx)
-            return json_response(lst)
+            return await self._delete(request, ri, info, ctx, body_raw, ct)
         if info.verb == "patch":
             ptype = _patch_type(ct)
-            body = decode_body(body_raw, "application/yaml" if ptype == "apply" else "application/json")
+            dry, ctx.field_validation, _mgr = write_options(q, "PatchOptions", apply=ptype == "apply", patch=True)
+            ctx.dry_run = bool(dry)
+            patch_body = decode_patch(body_raw, ptype)
+            ctx.duplicates = patch_body.duplicates
             obj, code, warnings = await self.registry.patch(ri, info.namespace, info.name, info.subresource,
-                                                            body, ptype, ctx)
+                                                            patch_body.obj, ptype, ctx)
             return json_response(obj, code, headers=_warn_headers(warnings))
-        body = decode_body(body_raw, ct)
+        dry, ctx.field_validation, _mgr = write_options(q, "CreateOptions" if info.verb == "create" else "UpdateOptions")
+        ctx.dry_run = bool(dry)
+        decoded = decode_body(body_raw, ct)
+        body = decoded.obj
+        ctx.duplicates = decoded.duplicates
         if not isinstance(body, dict):
-            raise bad_request("Object 'Kind' is missing in request body: the body must be a JSON or YAML object")
+            what = "empty body" if body is None else f"json: cannot unmarshal {_json_kind(body)} into Go value of type " \
+                "struct { APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }"
+            raise bad_request(f"couldn't get version/kind; json parse error: {what}" if body is not None else
+                              "Object 'Kind' is missing in request body: the body must be a JSON or YAML object")
         if info.verb == "create":
             if info.subresource or ri.virtual:
-                obj, code = await self.registry.create_sub(ri, info.namespace, info.name, info.subresource, body, ctx)
-                return json_response(obj, code)
+                obj, code, warnings = await self.registry.create_sub(ri, info.namespace, info.name, info.subresource,
+                                                                     body, ctx)
+                return json_response(obj, code, headers=_warn_headers(warnings))
             if ri.namespaced and not info.namespace:
                 raise method_not_allowed("POST requires a namespace for namespaced resources")
             obj, warnings = await self.registry.create(ri, info.namespace, body, ctx)
@@ -363,12 +682,110 @@ class ApiHttp:
             return json_response(obj, 200, headers=_warn_headers(warnings))
         raise method_not_allowed()
 
+    async def _delete(self, request: web.Request, ri: ResourceInfo, info: RequestInfo, ctx: RequestContext,
+                      body_raw: bytes, ct: str) -> web.StreamResponse:
+        """DELETE: DeleteOptions from the body (JSON/YAML/protobuf) and the query, validated as
+        upstream's ``ValidateDeleteOptions`` (dryRun, propagationPolicy)."""
+        query = request.query
+        options: Any
+        if body_raw.strip() and negotiate_input(ct) == "application/vnd.kubernetes.protobuf":
+            try:
+                options = protobuf.decode_delete_options(body_raw)
+            except ValueError as e:
+                raise bad_request(f"unable to decode protobuf DeleteOptions: {_one_line(e)}") from e
+        else:
+            options = decode_body(body_raw, ct).obj or {}
+        if not isinstance(options, dict):
+            raise bad_request("couldn't get version/kind; json parse error: json: cannot unmarshal "
+                              f"{_json_kind(options)} into Go value of type v1.DeleteOptions")
+        if options.get("kind") not in (None, "", "DeleteOptions"):
+            raise bad_request("decoded object cannot be converted to DeleteOptions")
+        options = self.registry.decode_delete_options(options)
+        if "gracePeriodSeconds" not in options and (g := int64_param(query, "gracePeriodSeconds")) is not None:
+            options["gracePeriodSeconds"] = g
+        if "propagationPolicy" not in options and (pp := _single(query, "propagationPolicy")):
+            options["propagationPolicy"] = pp
+        if "orphanDependents" not in options and _single(query, "orphanDependents"):
+            options["orphanDependents"] = bool_param(query, "orphanDependents")
+        errs: list[tuple[str, str]] = []
+        pp = options.get("propagationPolicy")
+        if pp is not None and options.get("orphanDependents") is not None:
+            errs.append(("propagationPolicy", f"Invalid value: {json.dumps(pp)}: orphanDependents and "
+                         "deletionPropagation cannot be both set"))
+        if pp is not None and pp not in ("Foreground", "Background", "Orphan"):
+            errs.append(("propagationPolicy", f"Unsupported value: {json.dumps(pp)}: supported values: "
+                         '"Foreground", "Background", "Orphan", "nil"'))
+        if errs:
+            raise invalid_options("DeleteOptions", errs)
+        dry, _fv, _mgr = write_options(query, "DeleteOptions", extra_dry_run=list(options.get("dryRun") or []))
+        ctx.dry_run = bool(dry)
+        if info.verb == "delete":
+            obj, code = await self.registry.delete(ri, info.namespace, info.name, options, ctx)
+            return json_response(obj, code)
+        self._list_options(query, ri, watch=False)
+        lst = await self.registry.delete_collection(ri, info.namespace, options, ctx)
+        return json_response(lst)
+
+    def _list_options(self, q: Any, ri: ResourceInfo, *, watch: bool) -> dict[str, Any]:
+        """ListOptions as ``DecodeParameters`` + ``ValidateListOptions`` read them: 400 for values
+        that do not parse (selectors, integers, booleans, resourceVersion), 422 for combinations
+        upstream forbids."""
+        opts: dict[str, Any] = {
+            "labelSelector": parse_label_selector(_single(q, "labelSelector")),
+            "labelSelectorText": _single(q, "labelSelector"),
+            "fieldSelectorText": _single(q, "fieldSelector"),
+            "fieldSelector": parse_field_selector(_single(q, "fieldSelector"), ri.key if ri.group else ri.resource),
+            "limit": int64_param(q, "limit"),
+            "timeoutSeconds": int64_param(q, "timeoutSeconds"),
+            "allowWatchBookmarks": bool_param(q, "allowWatchBookmarks"),
+            "continue": _single(q, "continue") or "",
+        }
+        rv = _single(q, "resourceVersion") or ""
+        opts["resourceVersion"] = rv
+        opts["since"] = check_resource_version(rv)
+        send_initial = _single(q, "sendInitialEvents")
+        opts["sendInitialEvents"] = parse_bool(send_initial) if send_initial else None
+        match = _single(q, "resourceVersionMatch") or ""
+        errs: list[tuple[str, str]] = []
+        if watch:
+            if send_initial and match != "NotOlderThan":
+                errs.append(("resourceVersionMatch", 'Forbidden: sendInitialEvents requires setting '
+                             'resourceVersionMatch to NotOlderThan'))
+            elif match and not send_initial:
+                errs.append(("resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden for watch "
+                             "unless sendInitialEvents is provided"))
+            if send_initial and not opts["allowWatchBookmarks"]:
+                errs.append(("allowWatchBookmarks", "Forbidden: allowWatchBookmarks must be set to true "
+                             "when sendInitialEvents is provided"))
+        else:
+            if match:
+                if not rv:
+                    errs.append(("resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden unless "
+                                 "resourceVersion is provided"))
+                if opts["continue"]:
+                    errs.append(("resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden when "
+                                 "continue is provided"))
+                if match not in ("Exact", "NotOlderThan"):
+                    errs.append(("resourceVersionMatch", f"Unsupported value: {json.dumps(match)}: supported "
+                                 'values: "Exact", "NotOlderThan", ""'))
+                elif match == "Exact" and rv == "0":
+                    errs.append(("resourceVersionMatch", 'Forbidden: resourceVersionMatch "exact" is forbidden '
+                                 'for resourceVersion "0"'))
+            if send_initial:
+                errs.append(("sendInitialEvents", "Forbidden: sendInitialEvents is forbidden for list"))
+        if errs:
+            raise invalid_options("ListOptions", errs)
+        if opts["continue"] and rv and rv != "0":
+            raise bad_request("specifying resource version is not allowed when using continue")
+        return opts
+
     async def _list(self, request: web.Request, ri: ResourceInfo, info: RequestInfo, ctx: RequestContext,
                     accept: str) -> web.StreamResponse:
-        q = request.query
-        limit = _int_param(q.get("limit"), "limit")
-        items, rev, cont, remaining = self.registry.list_objects(ri, info.namespace or None, q.get("labelSelector"),
-                                                         q.get("fieldSelector"), limit, q.get("continue"))
+        opts = self._list_options(request.query, ri, watch=False)
+        limit = opts["limit"] if opts["limit"] and opts["limit"] > 0 else None
+        items, rev, cont, remaining = self.registry.list_objects(ri, info.namespace or None, opts["labelSelectorText"],
+                                                                 opts["fieldSelectorText"], limit,
+                                                                 opts["continue"] or None)
         if wants_table(accept):
             return json_response(self.registry.table(ri, items, rev, cont, remaining))
         meta: dict[str, Any] = {"resourceVersion": str(rev)}
@@ -381,8 +798,11 @@ class ApiHttp:
     async def _watch(self, request: web.Request, ri: ResourceInfo, info: RequestInfo,
                      ctx: RequestContext) -> web.StreamResponse:
         q = request.query
-        label_match = parse_label_selector(q.get("labelSelector"))
-        field_match, _eq = parse_field_selector(q.get("fieldSelector"), ri.key if ri.group else ri.resource)
+        opts = self._list_options(q, ri, watch=True)
+        label_match = opts["labelSelector"]
+        field_match, eq = opts["fieldSelector"]
+        if info.name and _single(q, "fieldSelector") and eq.get("metadata.name") != info.name:
+            raise bad_request("fieldSelector metadata.name doesn't match requested name")
         if info.name:
             name = info.name
 
@@ -395,18 +815,10 @@ class ApiHttp:
         def matches(o: dict[str, Any] | None) -> bool:
             return o is not None and name_match(o) and label_match(o) and field_match(o)
 
-        rv_param = q.get("resourceVersion", "")
-        send_initial = q.get("sendInitialEvents") == "true"
-        since: int | None
-        if rv_param in ("", "0") or send_initial:
-            since = None
-        else:
-            try:
-                since = int(rv_param)
-            except ValueError as e:
-                raise bad_request(f"invalid resource version: {rv_param}") from e
-        timeout = _int_param(q.get("timeoutSeconds"), "timeoutSeconds")
-        bookmarks = q.get("allowWatchBookmarks") == "true"
+        send_initial = bool(opts["sendInitialEvents"])
+        since: int | None = None if send_initial or not opts["since"] else opts["since"]
+        timeout = self.watch_timeout(opts["timeoutSeconds"])
+        bookmarks = opts["allowWatchBookmarks"]
         table = wants_table(request.headers.get("Accept", ""))
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
                                                        "Cache-Control": "no-cache, private"})
@@ -421,7 +833,7 @@ class ApiHttp:
         initial_left = watcher.queue.qsize() if since is None else 0
         await resp.prepare(request)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout if timeout else None
+        deadline = loop.time() + timeout
         first_table = True
         last_rv = since or self.registry.store.revision
 
@@ -440,11 +852,9 @@ class ApiHttp:
             if since is None and initial_left == 0 and send_initial:
                 await self._bookmark(resp, ri, self.registry.store.revision, initial_end=True)
             while True:
-                wait = 5.0
-                if deadline is not None:
-                    wait = min(wait, deadline - loop.time())
-                    if wait <= 0:
-                        break
+                wait = min(5.0, deadline - loop.time())
+                if wait <= 0:
+                    break
                 try:
                     ev = await asyncio.wait_for(watcher.queue.get(), timeout=max(wait, 0.01))
                 except TimeoutError:
@@ -461,11 +871,11 @@ class ApiHttp:
                     initial_left -= 1
                     if initial_left == 0 and send_initial:
                         await self._bookmark(resp, ri, self.registry.store.revision, initial_end=True)
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
+        except ConnectionResetError:
+            pass  # the client went away; nothing to tell it
         finally:
             self.registry.store.unwatch(watcher)
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(ConnectionResetError):
             await resp.write_eof()
         return resp
 
@@ -507,39 +917,4 @@ class ApiHttp:
         resp = await kubeletproxy.pod_subresource(request, pod=pod, node=node_obj, subresource=info.subresource)
         return resp
 
-
-def _line(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
-
-
-def _int_param(v: str | None, name: str) -> int | None:
-    if v is None or v == "":
-        return None
-    try:
-        n = int(v)
-    except ValueError as e:
-        raise bad_request(f"invalid value for {name}: {v!r}") from e
-    if n < 0:
-        raise bad_request(f"invalid value for {name}: must be non-negative")
-    return n
-
-
-def _patch_type(ct: str) -> str:
-    from pykubelet.server.patch import PATCH_TYPES
-
-    base = ct.split(";")[0].strip().lower()
-    t = PATCH_TYPES.get(base)
-    if t is None:
-        raise StatusError(415, "UnsupportedMediaType",
-                          'the body of the request was in an unknown format - accepted media types include: '
-                          'application/json-patch+json, application/merge-patch+json, '
-                          'application/apply-patch+yaml, application/strategic-merge-patch+json')
-    return t
-
-
-def _warn_headers(warnings: list[str]) -> dict[str, str] | None:
-    if not warnings:
-        return None
-    # aiohttp headers are a multidict but Response(headers=dict) takes one value; join with comma
-    return {"Warning": ", ".join('299 - "' + w.replace('"', '\\"') + '"' for w in warnings)}
 

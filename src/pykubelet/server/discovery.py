@@ -10,9 +10,9 @@ forms are served from the one registry in :mod:`resources`.
 OpenAPI: kubectl 1.29+ only needs a v3 root listing ``serverRelativeURL`` per group-version and,
 in each group-version document, operations tagged with ``x-kubernetes-group-version-kind`` that
 list the ``fieldValidation`` query parameter; then it leaves validation to the server
-(``fieldValidation=Strict``).  Component schemas come from :mod:`schema`; they deliberately carry
-no GVK tag so ``kubectl apply`` keeps using its compiled-in strategic-merge metadata rather than
-our incomplete schemas.
+(``fieldValidation=Strict``).  Component schemas come from :mod:`schema` (the typed field table
+the server decodes bodies with); they deliberately carry no GVK tag so ``kubectl apply`` keeps
+using its compiled-in strategic-merge metadata (list merge keys) that these schemas do not carry.
 """
 
 from __future__ import annotations
@@ -145,11 +145,11 @@ def openapi_gv(g: str, v: str) -> dict[str, Any] | None:
     prefix = "/" + _gv_path(g, v)
     for r in rs:
         gvk = {"group": r.group, "version": r.version, "kind": r.kind}
-        schema_name = f"io.pykubelet.{r.group or 'core'}.{r.version}.{r.kind}"
-        sch = schemamod.schema_for(r.group, r.kind)
-        if sch is not None:
-            schemas[schema_name] = schemamod.to_openapi(sch)
-        ref = {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema_name}"}}}}
+        model = schemamod.root_model(r.group, r.kind)
+        if model is not None:
+            schemas.update(schemamod.openapi_schemas([model]))
+        schema_ref = {"$ref": f"#/components/schemas/{schemamod.schema_name(model)}"} if model else {}
+        ref = {"content": {"application/json": {"schema": schema_ref}}}
 
         def op(action: str, gvk: dict[str, str] = gvk, ref: dict[str, Any] = ref) -> dict[str, Any]:
             return {"x-kubernetes-action": action, "x-kubernetes-group-version-kind": gvk,

@@ -81,17 +81,39 @@ def bad_request(message: str) -> StatusError:
     return StatusError(400, "BadRequest", message)
 
 
+_CAUSE_REASONS = (
+    ("Required value", "FieldValueRequired"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Too long", "FieldValueTooLong"),
+    ("Too many", "FieldValueTooMany"),
+    ("Not found", "FieldValueNotFound"),
+)
+
+
+def _cause_reason(message: str) -> str:
+    return next((r for prefix, r in _CAUSE_REASONS if message.startswith(prefix)), "FieldValueInvalid")
+
+
 def invalid(kind: str, name: str, causes: list[tuple[str, str]], group: str = "") -> StatusError:
-    """422 Invalid with one cause per (field, message), as field.ErrorList renders them."""
+    """422 Invalid with one cause per (field, message), as field.ErrorList renders them; the kind
+    is group-qualified in the message (``Lease.coordination.k8s.io "x" is invalid: ...``)."""
     parts = [f"{f}: {m}" if f else m for f, m in causes]
     if len(parts) == 1:
         summary = parts[0]
     else:
         summary = "[" + ", ".join(parts) + "]"
+    qualified = f"{kind}.{group}" if group and kind else kind
     return StatusError(
-        422, "Invalid", f'{kind} "{name}" is invalid: {summary}', name=name, kind=kind, group=group,
-        causes=[{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in causes],
+        422, "Invalid", f'{qualified} "{name}" is invalid: {summary}', name=name, kind=kind, group=group,
+        causes=[{"reason": _cause_reason(m), "message": m, "field": f} for f, m in causes],
     )
+
+
+def invalid_options(kind: str, causes: list[tuple[str, str]]) -> StatusError:
+    """A request option struct that fails validation: ``CreateOptions.meta.k8s.io "" is invalid``."""
+    return invalid(kind, "", causes, "meta.k8s.io")
 
 
 def expired(message: str) -> StatusError:

@@ -29,6 +29,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from cryptography.exceptions import UnsupportedAlgorithm
+
 from pykubelet.common import podspec
 from pykubelet.common.aio import cancel_and_wait
 from pykubelet.server import events_conv, managedfields, schema, tables
@@ -38,6 +40,7 @@ from pykubelet.server.errors import (
     bad_request,
     conflict,
     invalid,
+    invalid_options,
     not_found,
     success_status,
 )
@@ -45,7 +48,13 @@ from pykubelet.server.patch import apply_patch, strategic_merge
 from pykubelet.server.resources import BY_GVR, ResourceInfo, namespaced_resources
 from pykubelet.server.selectors import parse_field_selector, parse_label_selector
 from pykubelet.server.storage import Obj, Storage
-from pykubelet.server.validation import validate_meta
+from pykubelet.server.validation import (
+    resource_version_error,
+    string_data_to_data,
+    validate_configmap,
+    validate_meta,
+    validate_secret,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +70,16 @@ def now_rfc3339(t: dt.datetime | None = None) -> str:
 
 @dataclass
 class RequestContext:
+    """What a write needs from the request besides the body: who, the raw query, the validated
+    options (``dryRun=All``, ``fieldValidation``, ``fieldManager``) and the duplicate keys the
+    body parser saw (``id(dict)`` -> keys, for ``duplicate field`` errors/warnings)."""
+
     user: UserInfo
     query: dict[str, str] = field(default_factory=dict)
     dry_run: bool = False
     field_manager: str = ""
+    field_validation: str = "Warn"
+    duplicates: dict[int, list[str]] = field(default_factory=dict)
 
 
 def _encode_continue(rv: int, key: tuple[str, str]) -> str:
@@ -150,22 +165,7 @@ class Registry:
 
     def table(self, ri: ResourceInfo, objs: list[Obj], rev: int, cont: str | None,
               remaining: int | None) -> dict[str, Any]:
-        now = dt.datetime.now(dt.UTC)
-        t: dict[str, Any] | None = None
-        try:
-            t = tables.to_table(ri.resource, objs, now=now)
-        except Exception:
-            log.exception("tables.to_table failed for %s", ri.resource)
-            t = None
-        if t is None:
-            t = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {},
-                 "columnDefinitions": [
-                     {"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0},
-                     {"name": "Created At", "type": "date", "format": "", "description": "creationTimestamp",
-                      "priority": 0}],
-                 "rows": [{"cells": [o["metadata"].get("name", ""), o["metadata"].get("creationTimestamp", "")],
-                           "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                                      "metadata": o.get("metadata", {})}} for o in objs]}
+        t = tables.to_table(ri.resource, objs, now=dt.datetime.now(dt.UTC))
         meta = t.setdefault("metadata", {})
         meta["resourceVersion"] = str(rev)
         if cont:
@@ -229,27 +229,53 @@ class Registry:
                               f"{ri.resource} \"...\" is forbidden: unable to create new content in namespace {ns} "
                               f"because it is being terminated", kind=ri.resource)
 
-    def _field_validation(self, ri: ResourceInfo, obj: Obj, ctx: RequestContext, warnings: list[str]) -> Obj:
-        mode = ctx.query.get("fieldValidation", "Warn")
-        if mode not in ("Strict", "Warn", "Ignore"):
-            raise bad_request(f"fieldValidation parameter unsupported: {mode}")
-        sch = schema.schema_for(ri.group, ri.kind)
-        if sch is None:
+    def _decode(self, group: str, version: str, kind: str, obj: Obj, ctx: RequestContext, warnings: list[str], *,
+                patch: Any = None, apply: bool = False) -> Obj:
+        """Typed decoding of a body (or, with ``patch``, of the patched object) as upstream's
+        handlers do: wrong types are 400 (422 for a patch whose result does not decode, as
+        upstream's patcher reports it), unknown and duplicate fields per ``fieldValidation``."""
+        model = schema.root_model(group, kind)
+        if model is None:
             return obj
-        terrs = schema.type_errors(obj, sch)
-        if terrs:
-            raise bad_request(f"unable to decode {ri.kind}: " + "; ".join(terrs[:5]))
-        unknown = schema.unknown_fields(obj, sch)
-        obj = schema.prune(obj, sch)
-        if unknown:
-            if mode == "Strict":
-                raise bad_request("strict decoding error: " + ", ".join(f'unknown field "{u}"' for u in unknown))
-            if mode == "Warn":
-                warnings.extend(f'unknown field "{u}"' for u in unknown)
-        return obj
+        try:
+            decoded = schema.decode(obj, model)
+        except schema.DecodeError as e:
+            if patch is not None and not apply:
+                shown = json.dumps(patch, separators=(",", ":"))
+                raise invalid("", "", [("patch", f"Invalid value: {json.dumps(shown)}: {e}")]) from e
+            if apply:
+                raise bad_request(f"failed to create typed patch object ({group}/{version}, Kind={kind}): {e}") from e
+            raise bad_request(f'{kind} in version "{version}" cannot be handled as a {kind}: {e}') from e
+        strict = [f'unknown field "{u}"' for u in decoded.unknown]
+        strict += [f'duplicate field "{d}"' for d in schema.duplicate_paths(patch if patch is not None else obj,
+                                                                            ctx.duplicates)]
+        if strict:
+            if ctx.field_validation == "Strict":
+                msg = "strict decoding error: " + ", ".join(strict)
+                if patch is None:
+                    msg = f'{kind} in version "{version}" cannot be handled as a {kind}: {msg}'
+                raise bad_request(msg)
+            if ctx.field_validation == "Warn":
+                warnings.extend(strict)
+        return dict(decoded.obj)
+
+    def _decode_as(self, ri: ResourceInfo, obj: Obj, ctx: RequestContext, warnings: list[str], **kw: Any) -> Obj:
+        return self._decode(ri.group, ri.version, ri.kind, obj, ctx, warnings, **kw)
+
+    def decode_delete_options(self, options: Obj) -> Obj:
+        """A DELETE body as ``v1.DeleteOptions`` (unknown fields ignored, as upstream)."""
+        try:
+            return dict(schema.decode(options, "V1DeleteOptions").obj)
+        except schema.DecodeError as e:
+            raise bad_request(f'DeleteOptions in version "v1" cannot be handled as a DeleteOptions: {e}') from e
 
     def _check_type(self, ri: ResourceInfo, obj: Obj, *, required: bool = False) -> None:
         kind, api_version = obj.get("kind"), obj.get("apiVersion")
+        for fld, v in (("apiVersion", api_version), ("kind", kind)):
+            if v is not None and not isinstance(v, str):
+                what = {bool: "bool", int: "number", float: "number", list: "array"}.get(type(v), "object")
+                raise bad_request(f"couldn't get version/kind; json parse error: json: cannot unmarshal {what} into "
+                                  f"Go struct field .{fld} of type string")
         if required and (not kind or not api_version):
             raise bad_request("Object 'Kind' is missing in '" + json.dumps(obj)[:200] + "'")
         if api_version and api_version != ri.api_version:
@@ -258,15 +284,18 @@ class Registry:
         if kind and kind != ri.kind:
             raise bad_request(f"the kind in the data ({kind}) does not match the expected kind ({ri.kind})")
 
-    def _validate(self, ri: ResourceInfo, obj: Obj, old: Obj | None) -> None:
+    def _validate(self, ri: ResourceInfo, obj: Obj, old: Obj | None, sub: str = "") -> None:
         name = (obj.get("metadata") or {}).get("name") or ""
-        errs = validate_meta(ri.resource, obj, creating=old is None)
+        # core/v1 events keep their legacy (unchecked) names; events.k8s.io/v1 ones are subdomains
+        errs = validate_meta(ri.resource if ri.group != "events.k8s.io" else "events.k8s.io", obj,
+                             creating=old is None)
         if not errs and ri.resource == "pods" and ri.group == "":
-            try:
-                errs = list(podspec.validate_pod(obj, old))
-            except Exception as e:  # a validator bug must not become a 500 for bad input
-                log.exception("validate_pod failed")
-                errs = [("", f"Invalid value: {type(e).__name__}: {e}")]
+            errs = list(podspec.validate_pod(obj, old))
+            errs += podspec.validate_pod_status(obj, old)
+        elif ri.resource == "secrets":
+            errs += validate_secret(obj, old)
+        elif ri.resource == "configmaps":
+            errs += validate_configmap(obj, old)
         if ri.resource == "leases" and not errs:
             spec = obj.get("spec") or {}
             lds = spec.get("leaseDurationSeconds")
@@ -276,7 +305,7 @@ class Registry:
             spec = obj.get("spec") or {}
             try:
                 csr_subject(base64.b64decode(spec.get("request", "")))
-            except Exception:
+            except ValueError:  # not base64 / not a PEM CSR
                 errs.append(("spec.request", "Invalid value: []byte{...}: PEM block type must be CERTIFICATE REQUEST"))
             if not spec.get("signerName"):
                 errs.append(("spec.signerName", "Required value"))
@@ -308,7 +337,7 @@ class Registry:
     async def create(self, ri: ResourceInfo, ns: str, body: Obj, ctx: RequestContext) -> tuple[Obj, list[str]]:
         warnings: list[str] = []
         self._check_type(ri, body)
-        body = self._field_validation(ri, body, ctx, warnings)
+        body = self._decode_as(ri, body, ctx, warnings)
         if ri.group == "events.k8s.io":
             body = events_conv.to_core(body)
         return self._create_obj(ri, ns, body, ctx), warnings
@@ -343,15 +372,13 @@ class Registry:
         self._check_namespace(ri, ns)
         # strategy PrepareForCreate
         if ri.resource == "pods" and ri.group == "":
-            try:
-                podspec.default_pod(obj, not_ready_toleration_seconds=self.default_not_ready_toleration_seconds,
-                                    unreachable_toleration_seconds=self.default_unreachable_toleration_seconds)
-            except Exception as e:
-                log.exception("default_pod failed")
-                raise invalid(ri.kind, str(meta.get("name", "")), [("", f"Invalid value: {e}")]) from e
+            podspec.default_pod(obj, not_ready_toleration_seconds=self.default_not_ready_toleration_seconds,
+                                unreachable_toleration_seconds=self.default_unreachable_toleration_seconds)
             obj.setdefault("status", {}).setdefault("phase", "Pending")
-        elif ri.resource == "secrets" and not obj.get("type"):
-            obj["type"] = "Opaque"  # SetDefaults_Secret
+        elif ri.resource == "secrets":
+            string_data_to_data(obj)
+            if not obj.get("type"):
+                obj["type"] = "Opaque"  # SetDefaults_Secret
         elif ri.resource == "namespaces":
             obj["spec"] = {"finalizers": ["kubernetes"]}
             obj["status"] = {"phase": "Active"}
@@ -381,7 +408,7 @@ class Registry:
         if ri.virtual:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         self._check_type(ri, body)
-        body = self._field_validation(ri, body, ctx, warnings)
+        body = self._decode_as(ri, body, ctx, warnings)
         bmeta = body.get("metadata") or {}
         if not isinstance(bmeta, dict):
             raise bad_request("metadata must be an object")
@@ -397,18 +424,20 @@ class Registry:
     def _update_obj(self, ri: ResourceInfo, ns: str, name: str, sub: str, old: Obj, body: Obj,
                     ctx: RequestContext, operation: str, applied: Obj | None = None) -> Obj:
         expected = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        if expected and (why := resource_version_error(expected, "metadata.resourceVersion")):
+            raise bad_request(why)
         if expected and expected != old["metadata"].get("resourceVersion"):
             raise conflict(ri.resource, name, ri.group)
         new = self._prepare_update(ri, sub, old, copy.deepcopy(body))
         if ri.resource == "pods" and ri.group == "" and sub == "":
             # Type defaults apply on every write (admission only on create), so a PUT that omits
             # defaulted fields is completed before the immutability check rather than rejected.
-            try:
-                podspec.default_pod(new, admission=False, old=old)
-            except Exception as e:
-                log.exception("default_pod failed")
-                raise invalid(ri.kind, name, [("", f"Invalid value: {e}")]) from e
-        self._validate(ri, new, old)
+            podspec.default_pod(new, admission=False, old=old)
+        elif ri.resource == "secrets":
+            string_data_to_data(new)  # the v1 -> internal conversion, on every write
+            if not new.get("type"):
+                new["type"] = "Opaque"
+        self._validate(ri, new, old, sub)
         self._managed(new, ri, ctx, operation, sub, old=old, written=applied)
         if ctx.dry_run:
             return self.present(ri, new)
@@ -481,7 +510,7 @@ class Registry:
             if not isinstance(body, dict):
                 raise bad_request("apply patch must be an object")
             self._check_type(ri, body, required=True)
-            body = self._field_validation(ri, body, ctx, warnings)
+            body = self._decode_as(ri, body, ctx, warnings, apply=True)
             bmeta = body.get("metadata") or {}
             if bmeta.get("name") and bmeta["name"] != name:
                 raise bad_request(f"the name of the object ({bmeta['name']}) does not match the name on the URL "
@@ -509,7 +538,7 @@ class Registry:
         patched = apply_patch(base, body, ptype)
         if not isinstance(patched, dict):
             raise bad_request("patch result must be an object")
-        patched = self._field_validation(ri, patched, ctx, warnings)
+        patched = self._decode_as(ri, patched, ctx, warnings, patch=body)
         pmeta = patched.get("metadata") or {}
         if isinstance(pmeta, dict) and pmeta.get("name", name) != name:
             raise invalid(ri.kind, name, [("metadata.name", "Invalid value: field is immutable")], ri.group)
@@ -523,11 +552,6 @@ class Registry:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         obj = self._raw_get(ri, ns, name)
         opts = dict(options)
-        if "gracePeriodSeconds" in ctx.query and "gracePeriodSeconds" not in opts:
-            try:
-                opts["gracePeriodSeconds"] = int(ctx.query["gracePeriodSeconds"])
-            except ValueError as e:
-                raise bad_request("invalid gracePeriodSeconds") from e
         pre = opts.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != obj["metadata"].get("uid"):
             raise conflict(ri.resource, name, ri.group,
@@ -537,7 +561,7 @@ class Registry:
             raise conflict(ri.resource, name, ri.group,
                            f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
                            f"ResourceVersion in object meta: {obj['metadata'].get('resourceVersion')}")
-        if ctx.dry_run or ctx.query.get("dryRun") or opts.get("dryRun"):
+        if ctx.dry_run or opts.get("dryRun"):
             return self.present(ri, obj), 200
         if ri.resource == "namespaces":
             return self._delete_namespace(obj), 200
@@ -551,10 +575,7 @@ class Registry:
             g = opts.get("gracePeriodSeconds")
             if g is None:
                 g = (obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
-            try:
-                grace = max(int(g), 0)
-            except (TypeError, ValueError) as e:
-                raise bad_request("gracePeriodSeconds must be an integer") from e
+            grace = max(int(g), 0)  # both typed int64 by decoding
             phase = (obj.get("status") or {}).get("phase")
             if not (obj.get("spec") or {}).get("nodeName") or phase in ("Succeeded", "Failed"):
                 grace = 0
@@ -622,21 +643,21 @@ class Registry:
 
     # ---------------------------------------------------------------- subresource POSTs
     async def create_sub(self, ri: ResourceInfo, ns: str, name: str, sub: str, body: Obj,
-                         ctx: RequestContext) -> tuple[Obj, int]:
-        """POST to a subresource or a virtual resource (binding, eviction, reviews, tokens)."""
-        if not isinstance(body, dict):
-            raise bad_request(f"unable to decode {ri.kind}: expected an object")
-        try:
-            return await self._create_sub(ri, ns, name, sub, body, ctx)
-        except (AttributeError, TypeError, KeyError, ValueError) as e:
-            # a field of the wrong JSON type: upstream fails decoding the body (400), never a 500
-            raise bad_request(f"unable to decode {ri.kind}: {type(e).__name__}: {e}") from e
+                         ctx: RequestContext) -> tuple[Obj, int, list[str]]:
+        """POST to a subresource or a virtual resource (binding, eviction, reviews, tokens); the
+        body is decoded as its own kind (Binding, policy/v1 Eviction, TokenRequest...)."""
+        warnings: list[str] = []
+        info = ri.sub(sub) if sub else None
+        group, kind = (info.group, info.kind) if info is not None else (ri.group, ri.kind)
+        body = self._decode(group, info.version if info is not None else ri.version, kind, body, ctx, warnings)
+        obj, code = await self._create_sub(ri, ns, name, sub, body, ctx)
+        return obj, code, warnings
 
     async def _create_sub(self, ri: ResourceInfo, ns: str, name: str, sub: str, body: Obj,
                           ctx: RequestContext) -> tuple[Obj, int]:
         key = (ri.resource, sub)
         if key == ("pods", "binding") or ri.resource == "bindings":
-            return self._bind(ns, name or (body.get("metadata") or {}).get("name", ""), body)
+            return self._bind(ns, name or (body.get("metadata") or {}).get("name", ""), body, ctx.dry_run)
         if key == ("pods", "eviction"):
             return await self._evict(ns, name, body, ctx)
         if key == ("serviceaccounts", "token"):
@@ -650,7 +671,7 @@ class Registry:
             return self._access_review(ri, body, ctx), 201
         raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
-    def _bind(self, ns: str, name: str, body: Obj) -> tuple[Obj, int]:
+    def _bind(self, ns: str, name: str, body: Obj, dry_run: bool = False) -> tuple[Obj, int]:
         pod_ri = BY_GVR[("", "v1", "pods")]
         target = body.get("target") or {}
         node = target.get("name")
@@ -667,15 +688,19 @@ class Registry:
         conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                       "lastTransitionTime": now_rfc3339()})
         pod["status"]["conditions"] = conds
-        self.store.update("pods", ns, name, pod)
+        if not dry_run:
+            self.store.update("pods", ns, name, pod)
         return success_status(), 201
 
     async def _evict(self, ns: str, name: str, body: Obj, ctx: RequestContext) -> tuple[Obj, int]:
         pod_ri = BY_GVR[("", "v1", "pods")]
         self._raw_get(pod_ri, ns, name)
         opts = body.get("deleteOptions") or {}
-        if not isinstance(opts, dict):
-            raise bad_request("deleteOptions must be an object")
+        dry = list(opts.get("dryRun") or [])
+        if any(v != "All" for v in dry):
+            raise invalid_options("DeleteOptions", [("dryRun", "Unsupported value: []string{"
+                                                     + ", ".join(json.dumps(v) for v in dry)
+                                                     + '}: supported values: "All"')])
         await self.delete(pod_ri, ns, name, opts, ctx)
         return success_status(), 201
 
@@ -770,7 +795,7 @@ class Registry:
         try:
             pem = self.pki.sign_csr(base64.b64decode(spec.get("request", "")), spec["signerName"],
                                     list(spec.get("usages") or []), spec.get("expirationSeconds"))
-        except Exception as e:
+        except (ValueError, TypeError, OSError, UnsupportedAlgorithm) as e:  # a request we cannot sign
             log.warning("signing CSR %s failed: %s", csr["metadata"].get("name"), e)
             conds.append({"type": "Failed", "status": "True", "reason": "SigningError", "message": str(e),
                           "lastUpdateTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()})

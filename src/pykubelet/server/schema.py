@@ -1,182 +1,434 @@
-"""Field schemas for strict decoding (``fieldValidation=Strict|Warn|Ignore``).
+"""Typed decoding of request bodies: what Go's ``json.Unmarshal`` into the API structs does.
 
-Upstream rejects (Strict) or warns about (Warn, the default) JSON fields the Go structs do not
-know, with messages like ``strict decoding error: unknown field "spec.foo"`` and list indices in
-the path (``spec.containers[0].foo``); unknown fields are dropped either way.  We have no Go
-structs, so this module holds a compact description of the known fields of the types that
-matter: a dict maps field -> sub-schema, ``ANY`` accepts anything, ``ListOf(s)`` / ``MapOf(s)``
-describe element types.  Where a type is not spelled out it is ``ANY`` so no valid object is ever
-refused.  The same description feeds the OpenAPI component schemas.
+Upstream decodes every body into the Go struct of its kind before anything else runs, so a value
+of the wrong JSON type never reaches validation or storage: ``image: 5`` fails with
+``json: cannot unmarshal number into Go struct field Container.spec.containers.image of type
+string`` (the handler prefixes ``Pod in version "v1" cannot be handled as a Pod: `` and answers
+400).  Fields the struct does not know are dropped, and reported per the ``fieldValidation``
+query parameter (``unknown field "spec.containers[0].foo"``), as are duplicate keys
+(``duplicate field "metadata.name"``).
+
+Where the types come from: :mod:`pykubelet.server.apitypes`, a table generated from the official
+``kubernetes`` client's models (their ``openapi_types`` + ``attribute_map`` are the upstream
+OpenAPI schema, one model per Go struct) for every kind this server accepts, so the server needs
+no copy of the OpenAPI document and no runtime dependency on the client (a test keeps the table
+in sync; ``python -m pykubelet.server.schema`` rewrites it).  The generator adds what the client
+models cannot say: which ``int`` fields are Go ``int64`` (the rest are ``int32``), which strings
+are ``resource.Quantity`` (they also accept JSON numbers and are stored in canonical form, as
+upstream's round trip does: ``cpu: 0.5`` reads back ``500m``), which timestamps are
+``MicroTime``, and which free-form ``object`` fields are ``intstr.IntOrString``.
+
+Decoding rules followed (encoding/json as used through sigs.k8s.io/json): keys are
+case-sensitive; ``null`` is the zero value (dropped; inside a map of strings it is ``""``); the
+first type error in document order wins; integers must fit their Go type (``number 1.5`` /
+``number 3000000000`` into int32 fail); ``[]byte`` is standard base64; ``metav1.Time`` is an
+RFC 3339 string.  The same table renders the OpenAPI v3 component schemas (:func:`openapi_schemas`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Union
+import base64
+import binascii
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Any
 
+from pykubelet.common.quantity import QuantityError, canonical
+from pykubelet.server import apitypes
 
-class _Any:
-    def __repr__(self) -> str:
-        return "ANY"
-
-
-ANY = _Any()
-
-
-@dataclass(frozen=True)
-class ListOf:
-    item: Schema
-
-
-@dataclass(frozen=True)
-class MapOf:
-    value: Schema
-
-
-Schema = Union[dict[str, Any], _Any, ListOf, MapOf]  # noqa: UP007 (runtime alias before 3.12)
-
-
-def _fields(names: str, sub: Schema = ANY) -> dict[str, Schema]:
-    return {n: sub for n in names.split()}
-
-
-OWNER_REF = _fields("apiVersion kind name uid controller blockOwnerDeletion")
-OBJECT_META: dict[str, Schema] = {
-    **_fields("name generateName namespace selfLink uid resourceVersion generation creationTimestamp "
-              "deletionTimestamp deletionGracePeriodSeconds labels annotations finalizers managedFields"),
-    "ownerReferences": ListOf(OWNER_REF),
+# (group, kind) of every body this server decodes -> model name in apitypes.TYPES
+ROOTS: dict[tuple[str, str], str] = {
+    ("", "Pod"): "V1Pod",
+    ("", "Node"): "V1Node",
+    ("", "Namespace"): "V1Namespace",
+    ("", "ConfigMap"): "V1ConfigMap",
+    ("", "Secret"): "V1Secret",
+    ("", "ServiceAccount"): "V1ServiceAccount",
+    ("", "Service"): "V1Service",
+    ("", "Endpoints"): "V1Endpoints",
+    ("", "Event"): "CoreV1Event",
+    ("events.k8s.io", "Event"): "EventsV1Event",
+    ("coordination.k8s.io", "Lease"): "V1Lease",
+    ("node.k8s.io", "RuntimeClass"): "V1RuntimeClass",
+    ("certificates.k8s.io", "CertificateSigningRequest"): "V1CertificateSigningRequest",
+    ("policy", "PodDisruptionBudget"): "V1PodDisruptionBudget",
+    ("", "Binding"): "V1Binding",
+    ("policy", "Eviction"): "V1Eviction",
+    ("authentication.k8s.io", "TokenRequest"): "AuthenticationV1TokenRequest",
+    ("authentication.k8s.io", "TokenReview"): "V1TokenReview",
+    ("authentication.k8s.io", "SelfSubjectReview"): "V1SelfSubjectReview",
+    ("authorization.k8s.io", "SubjectAccessReview"): "V1SubjectAccessReview",
+    ("authorization.k8s.io", "SelfSubjectAccessReview"): "V1SelfSubjectAccessReview",
+    ("meta.k8s.io", "DeleteOptions"): "V1DeleteOptions",
 }
 
-RESOURCES_REQ = _fields("limits requests claims")
-CONTAINER: dict[str, Schema] = {
-    **_fields("name image command args workingDir envFrom imagePullPolicy securityContext stdin stdinOnce tty "
-              "terminationMessagePath terminationMessagePolicy livenessProbe readinessProbe startupProbe "
-              "lifecycle volumeDevices resizePolicy restartPolicy targetContainerName"),
-    "ports": ListOf(_fields("name hostPort containerPort protocol hostIP")),
-    "env": ListOf(_fields("name value valueFrom")),
-    "resources": RESOURCES_REQ,
-    "volumeMounts": ListOf(_fields("name readOnly recursiveReadOnly mountPath subPath mountPropagation "
-                                   "subPathExpr")),
+# Facts the client models do not carry (Go struct name, JSON field).
+INT64_FIELDS = {
+    ("ObjectMeta", "generation"), ("ObjectMeta", "deletionGracePeriodSeconds"),
+    ("PodSpec", "terminationGracePeriodSeconds"), ("PodSpec", "activeDeadlineSeconds"),
+    ("PodSecurityContext", "runAsUser"), ("PodSecurityContext", "runAsGroup"),
+    ("PodSecurityContext", "fsGroup"), ("PodSecurityContext", "supplementalGroups"),
+    ("SecurityContext", "runAsUser"), ("SecurityContext", "runAsGroup"),
+    ("Probe", "terminationGracePeriodSeconds"), ("SleepAction", "seconds"),
+    ("Toleration", "tolerationSeconds"), ("PodStatus", "observedGeneration"),
+    ("PodCondition", "observedGeneration"), ("LinuxContainerUser", "uid"), ("LinuxContainerUser", "gid"),
+    ("LinuxContainerUser", "supplementalGroups"), ("ContainerImage", "sizeBytes"),
+    ("NodeSwapStatus", "capacity"), ("ServiceAccountTokenProjection", "expirationSeconds"),
+    ("TokenRequestSpec", "expirationSeconds"), ("DeleteOptions", "gracePeriodSeconds"),
+    ("PodDisruptionBudgetStatus", "observedGeneration"),
 }
-POD_SPEC: dict[str, Schema] = {
-    **_fields("restartPolicy terminationGracePeriodSeconds activeDeadlineSeconds dnsPolicy nodeSelector "
-              "serviceAccountName serviceAccount automountServiceAccountToken nodeName hostNetwork hostPID "
-              "hostIPC shareProcessNamespace securityContext imagePullSecrets hostname subdomain affinity "
-              "schedulerName tolerations hostAliases priorityClassName priority dnsConfig readinessGates "
-              "runtimeClassName enableServiceLinks preemptionPolicy overhead topologySpreadConstraints "
-              "setHostnameAsFQDN os hostUsers schedulingGates resourceClaims resources volumes"),
-    "containers": ListOf(CONTAINER),
-    "initContainers": ListOf(CONTAINER),
-    "ephemeralContainers": ListOf(CONTAINER),
+QUANTITY_FIELDS = {
+    ("ResourceRequirements", "limits"), ("ResourceRequirements", "requests"),
+    ("VolumeResourceRequirements", "limits"), ("VolumeResourceRequirements", "requests"),
+    ("PodSpec", "overhead"), ("Overhead", "podFixed"), ("NodeStatus", "capacity"),
+    ("NodeStatus", "allocatable"), ("ContainerStatus", "allocatedResources"),
+    ("PodStatus", "allocatedResources"), ("EmptyDirVolumeSource", "sizeLimit"),
+    ("ResourceFieldSelector", "divisor"),
 }
-POD_STATUS = _fields("phase conditions message reason nominatedNodeName hostIP hostIPs podIP podIPs startTime "
-                     "initContainerStatuses containerStatuses qosClass ephemeralContainerStatuses resize "
-                     "resourceClaimStatuses observedGeneration")
-
-
-def _top(**extra: Schema) -> dict[str, Schema]:
-    return {"apiVersion": ANY, "kind": ANY, "metadata": OBJECT_META, **extra}
-
-
-KIND_SCHEMAS: dict[tuple[str, str], dict[str, Schema]] = {
-    ("", "Pod"): _top(spec=POD_SPEC, status=POD_STATUS),
-    ("", "Node"): _top(spec=_fields("podCIDR podCIDRs providerID unschedulable taints configSource externalID"),
-                       status=ANY),
-    ("", "Namespace"): _top(spec=_fields("finalizers"), status=_fields("phase conditions")),
-    ("", "ConfigMap"): _top(data=ANY, binaryData=ANY, immutable=ANY),
-    ("", "Secret"): _top(data=ANY, stringData=ANY, type=ANY, immutable=ANY),
-    ("", "ServiceAccount"): _top(secrets=ANY, imagePullSecrets=ANY, automountServiceAccountToken=ANY),
-    ("", "Service"): _top(spec=ANY, status=ANY),
-    ("", "Endpoints"): _top(subsets=ANY),
-    ("", "Event"): _top(**_fields("involvedObject reason message source firstTimestamp lastTimestamp count type "
-                                  "eventTime series action related reportingComponent reportingInstance")),
-    ("events.k8s.io", "Event"): _top(**_fields("eventTime series reportingController reportingInstance action "
-                                               "reason regarding related note type deprecatedSource "
-                                               "deprecatedFirstTimestamp deprecatedLastTimestamp "
-                                               "deprecatedCount")),
-    ("coordination.k8s.io", "Lease"): _top(spec=_fields("holderIdentity leaseDurationSeconds acquireTime "
-                                                        "renewTime leaseTransitions strategy "
-                                                        "preferredHolder")),
-    ("node.k8s.io", "RuntimeClass"): _top(handler=ANY, overhead=ANY, scheduling=ANY),
-    ("certificates.k8s.io", "CertificateSigningRequest"): _top(
-        spec=_fields("request signerName expirationSeconds usages username uid groups extra"),
-        status=_fields("conditions certificate")),
+MICROTIME_FIELDS = {
+    ("Event", "eventTime"), ("EventSeries", "lastObservedTime"), ("LeaseSpec", "acquireTime"),
+    ("LeaseSpec", "renewTime"),
 }
 
+_SCALARS = {"string", "int32", "int64", "bool", "float64", "bytes", "Time", "MicroTime", "Quantity",
+            "IntOrString", "any"}
+_INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+_B64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
 
-def unknown_fields(obj: Any, schema: Schema, path: str = "") -> list[str]:
-    """Paths of fields not in the schema, in document order."""
-    out: list[str] = []
-    if isinstance(schema, _Any) or obj is None:
-        return out
-    if isinstance(schema, ListOf):
-        if isinstance(obj, list):
-            for i, e in enumerate(obj):
-                out += unknown_fields(e, schema.item, f"{path}[{i}]")
-        return out
-    if isinstance(schema, MapOf):
-        if isinstance(obj, dict):
-            for k, v in obj.items():
-                out += unknown_fields(v, schema.value, f"{path}.{k}" if path else k)
-        return out
-    if isinstance(obj, dict):
+
+def go_name(model: str) -> str:
+    """Go struct name of a client model: ``V1Container`` -> ``Container``,
+    ``CoreV1EventSeries`` -> ``EventSeries``."""
+    return re.sub(r"^([A-Z][a-z]+)?V\d+((alpha|beta)\d+)?", "", model)
+
+
+class DecodeError(ValueError):
+    """A body that Go's json.Unmarshal would refuse; the message is Go's."""
+
+
+@dataclass
+class Decoded:
+    obj: Any
+    unknown: list[str] = field(default_factory=list)
+
+
+@functools.cache
+def _parse(t: str) -> tuple[str, Any]:
+    """("list", elem) | ("map", elem) | ("scalar", name) | ("model", name)."""
+    if t.startswith("[]"):
+        return ("list", _parse(t[2:]))
+    if t.startswith("map[string]"):
+        return ("map", _parse(t[len("map[string]"):]))
+    if t in _SCALARS:
+        return ("scalar", t)
+    return ("model", t)
+
+
+def _go_type(t: tuple[str, Any]) -> str:
+    kind, arg = t
+    if kind == "list":
+        return "[]" + _go_type(arg)
+    if kind == "map":
+        return "map[string]" + _go_type(arg)
+    if kind == "model":
+        return "v1." + go_name(arg)
+    return {"bytes": "[]uint8", "Time": "v1.Time", "MicroTime": "v1.MicroTime", "Quantity": "resource.Quantity",
+            "IntOrString": "intstr.IntOrString", "any": "interface {}"}.get(arg, arg)
+
+
+def _json_kind(v: Any) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int | float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    return "object"
+
+
+class _Walker:
+    def __init__(self) -> None:
+        self.unknown: list[str] = []
+
+    def _mismatch(self, v: Any, t: tuple[str, Any], struct: str, gopath: str, number: bool = False) -> DecodeError:
+        what = _json_kind(v)
+        if number:
+            what = f"number {v!r}" if not isinstance(v, float) else f"number {_float_literal(v)}"
+        target = f"Go struct field {struct}.{gopath}" if struct else "Go value"
+        return DecodeError(f"json: cannot unmarshal {what} into {target} of type {_go_type(t)}")
+
+    def value(self, v: Any, t: tuple[str, Any], struct: str, gopath: str, path: str) -> Any:
+        kind, arg = t
+        if v is None:
+            return None
+        if kind == "model":
+            if not isinstance(v, dict):
+                raise self._mismatch(v, t, struct, gopath)
+            return self.model(v, arg, gopath, path)
+        if kind == "list":
+            if not isinstance(v, list):
+                raise self._mismatch(v, t, struct, gopath)
+            out = []
+            for i, e in enumerate(v):
+                d = self.value(e, arg, struct, gopath, f"{path}[{i}]")
+                out.append(_zero(arg) if d is None else d)
+            return out
+        if kind == "map":
+            if not isinstance(v, dict):
+                raise self._mismatch(v, t, struct, gopath)
+            res: dict[str, Any] = {}
+            for k, e in v.items():
+                d = self.value(e, arg, struct, gopath, f"{path}.{k}")
+                res[k] = _zero(arg) if d is None else d
+            return res
+        return self.scalar(v, t, struct, gopath)
+
+    def scalar(self, v: Any, t: tuple[str, Any], struct: str, gopath: str) -> Any:
+        name = t[1]
+        if name == "any":
+            return v
+        if name == "string":
+            if not isinstance(v, str):
+                raise self._mismatch(v, t, struct, gopath)
+            return v
+        if name == "bool":
+            if not isinstance(v, bool):
+                raise self._mismatch(v, t, struct, gopath)
+            return v
+        if name in _INT_RANGE:
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise self._mismatch(v, t, struct, gopath)
+            lo, hi = _INT_RANGE[name]
+            if isinstance(v, float) or not lo <= v <= hi:
+                raise self._mismatch(v, t, struct, gopath, number=True)
+            return v
+        if name == "float64":
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise self._mismatch(v, t, struct, gopath)
+            return v
+        if name == "bytes":
+            if not isinstance(v, str):
+                raise self._mismatch(v, t, struct, gopath)
+            _check_base64(v)
+            return v
+        if name in ("Time", "MicroTime"):
+            if not isinstance(v, str):
+                raise DecodeError(f"json: cannot unmarshal {_json_kind(v)} into Go value of type string")
+            if not _RFC3339.match(v):
+                raise DecodeError(f'parsing time "{v}" as "2006-01-02T15:04:05Z07:00": cannot parse "{v}" as "2006"')
+            return v
+        if name == "Quantity":
+            if isinstance(v, bool) or not isinstance(v, str | int | float):
+                raise DecodeError("quantities must match the regular expression "
+                                  "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
+            try:
+                return canonical(v.strip() if isinstance(v, str) else v)
+            except QuantityError as e:
+                raise DecodeError(str(e)) from e
+        if name == "IntOrString":
+            if isinstance(v, str):
+                return v
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise DecodeError(f"json: cannot unmarshal {_json_kind(v)} into Go value of type int32")
+            lo, hi = _INT_RANGE["int32"]
+            if isinstance(v, float) or not lo <= v <= hi:
+                lit = _float_literal(v) if isinstance(v, float) else str(v)
+                raise DecodeError(f"json: cannot unmarshal number {lit} into Go value of type int32")
+            return v
+        raise AssertionError(f"unknown scalar {name}")  # pragma: no cover - table is generated
+
+    def model(self, obj: dict[str, Any], model: str, gopath: str, path: str) -> dict[str, Any]:
+        fields = apitypes.TYPES[model]
+        struct = go_name(model)
+        out: dict[str, Any] = {}
         for k, v in obj.items():
             p = f"{path}.{k}" if path else k
-            if k not in schema:
-                out.append(p)
-            else:
-                out += unknown_fields(v, schema[k], p)
-    return out
+            t = fields.get(k)
+            if t is None:
+                self.unknown.append(p)
+                continue
+            d = self.value(v, _parse(t), struct, f"{gopath}.{k}" if gopath else k, p)
+            if d is not None or t == "any":
+                out[k] = d
+        return out
 
 
-def type_errors(obj: Any, schema: Schema, path: str = "") -> list[str]:
-    """Where a value cannot decode into the declared shape (object vs. array), as Go's
-    json.Unmarshal would refuse it.  null is accepted and pruned to "absent"."""
+def _zero(t: tuple[str, Any]) -> Any:
+    kind, arg = t
+    if kind == "scalar":
+        return {"string": "", "int32": 0, "int64": 0, "bool": False, "float64": 0, "bytes": "",
+                "Quantity": "0", "IntOrString": 0}.get(arg)
+    return None
+
+
+def _float_literal(v: float) -> str:
+    return str(int(v)) + ".0" if v.is_integer() and abs(v) < 1e16 else repr(v)
+
+
+def _check_base64(s: str) -> None:
+    """Go's base64.StdEncoding.Decode (newlines ignored): the first bad byte is reported."""
+    stripped = s.replace("\r", "").replace("\n", "")
+    m = re.search(r"[^A-Za-z0-9+/=]", stripped)
+    if m is not None:
+        raise DecodeError(f"illegal base64 data at input byte {m.start()}")
+    if not _B64.match(stripped):
+        raise DecodeError(f"illegal base64 data at input byte {stripped.index('=')}")
+    try:
+        base64.b64decode(stripped, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise DecodeError(f"illegal base64 data at input byte {len(stripped) - len(stripped) % 4}") from e
+
+
+def root_model(group: str, kind: str) -> str | None:
+    return ROOTS.get((group, kind))
+
+
+def decode(obj: dict[str, Any], model: str) -> Decoded:
+    """Decode ``obj`` as ``model``: the pruned, normalised object plus the paths of unknown
+    fields.  Raises :class:`DecodeError` on the first value of the wrong type."""
+    w = _Walker()
+    out = w.model(obj, model, "", "")
+    return Decoded(out, w.unknown)
+
+
+def duplicate_paths(obj: Any, dup_ids: dict[int, list[str]], path: str = "") -> list[str]:
+    """Paths of the duplicate keys the parser recorded (by ``id`` of the dict holding them)."""
+    if not dup_ids:
+        return []
     out: list[str] = []
-    if isinstance(schema, _Any) or obj is None:
-        return out
-    if isinstance(schema, ListOf):
-        if not isinstance(obj, list):
-            return [f"{path or '<root>'}: expected an array, got {type(obj).__name__}"]
-        for i, e in enumerate(obj):
-            out += type_errors(e, schema.item, f"{path}[{i}]")
-        return out
-    if isinstance(schema, MapOf):
-        if not isinstance(obj, dict):
-            return [f"{path or '<root>'}: expected an object, got {type(obj).__name__}"]
-        return out
-    if not isinstance(obj, dict):
-        return [f"{path or '<root>'}: expected an object, got {type(obj).__name__}"]
-    for k, v in obj.items():
-        if k in schema:
-            out += type_errors(v, schema[k], f"{path}.{k}" if path else k)
+    if isinstance(obj, dict):
+        out += [f"{path}.{k}" if path else k for k in dup_ids.get(id(obj), [])]
+        for k, v in obj.items():
+            out += duplicate_paths(v, dup_ids, f"{path}.{k}" if path else k)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += duplicate_paths(v, dup_ids, f"{path}[{i}]")
     return out
 
 
-def prune(obj: Any, schema: Schema) -> Any:
-    """Drop unknown fields (what Go decoding does implicitly)."""
-    if isinstance(schema, _Any) or obj is None:
-        return obj
-    if isinstance(schema, ListOf):
-        return [prune(e, schema.item) for e in obj] if isinstance(obj, list) else obj
-    if isinstance(schema, MapOf):
-        return {k: prune(v, schema.value) for k, v in obj.items()} if isinstance(obj, dict) else obj
-    if isinstance(obj, dict):
-        return {k: prune(v, schema[k]) for k, v in obj.items()
-                if k in schema and not (v is None and not isinstance(schema[k], _Any))}
-    return obj
+# ------------------------------------------------------------------ OpenAPI v3
+def schema_name(model: str) -> str:
+    return f"io.pykubelet.{model}"
 
 
-def schema_for(group: str, kind: str) -> dict[str, Schema] | None:
-    return KIND_SCHEMAS.get((group, kind))
+def _openapi_type(t: tuple[str, Any]) -> dict[str, Any]:
+    kind, arg = t
+    scalars: dict[str, dict[str, Any]]
+    if kind == "list":
+        return {"type": "array", "items": _openapi_type(arg)}
+    if kind == "map":
+        return {"type": "object", "additionalProperties": _openapi_type(arg)}
+    if kind == "model":
+        return {"$ref": f"#/components/schemas/{schema_name(arg)}"}
+    scalars = {
+        "string": {"type": "string"},
+        "int32": {"type": "integer", "format": "int32"},
+        "int64": {"type": "integer", "format": "int64"},
+        "bool": {"type": "boolean"},
+        "float64": {"type": "number", "format": "double"},
+        "bytes": {"type": "string", "format": "byte"},
+        "Time": {"type": "string", "format": "date-time"},
+        "MicroTime": {"type": "string", "format": "date-time"},
+        "Quantity": {"oneOf": [{"type": "string"}, {"type": "number"}]},
+        "IntOrString": {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]},
+    }
+    return scalars.get(arg, {})
 
 
-def to_openapi(schema: Schema) -> dict[str, Any]:
-    """Render as an OpenAPI v3 schema fragment (types left open where unknown)."""
-    if isinstance(schema, _Any):
-        return {}
-    if isinstance(schema, ListOf):
-        return {"type": "array", "items": to_openapi(schema.item)}
-    if isinstance(schema, MapOf):
-        return {"type": "object", "additionalProperties": to_openapi(schema.value)}
-    return {"type": "object", "properties": {k: to_openapi(v) for k, v in schema.items()}}
+def openapi_schemas(models: list[str]) -> dict[str, dict[str, Any]]:
+    """Component schemas for ``models`` and every model they reference."""
+    out: dict[str, dict[str, Any]] = {}
+    todo = list(models)
+    while todo:
+        m = todo.pop()
+        if schema_name(m) in out:
+            continue
+        props = {}
+        for f, t in apitypes.TYPES[m].items():
+            parsed = _parse(t)
+            props[f] = _openapi_type(parsed)
+            while parsed[0] in ("list", "map"):
+                parsed = parsed[1]
+            if parsed[0] == "model":
+                todo.append(parsed[1])
+        out[schema_name(m)] = {"type": "object", "properties": props}
+    return out
+
+
+# ------------------------------------------------------------------ generator
+def generate_types(models_module: Any) -> dict[str, dict[str, str]]:
+    """The apitypes table from the official client's models (``kubernetes.client.models``)."""
+    out: dict[str, dict[str, str]] = {}
+    todo = sorted(set(ROOTS.values()))
+    while todo:
+        name = todo.pop(0)
+        if name in out:
+            continue
+        cls = getattr(models_module, name)
+        struct = go_name(name)
+        fields: dict[str, str] = {}
+        for attr, t in cls.openapi_types.items():
+            json_name = cls.attribute_map[attr]
+            fields[json_name] = _convert(t, struct, json_name, cls, attr, models_module, todo)
+        out[name] = dict(sorted(fields.items()))
+    return dict(sorted(out.items()))
+
+
+def _convert(t: str, struct: str, json_name: str, cls: Any, attr: str, models_module: Any, todo: list[str]) -> str:
+    if t.startswith("List[") and t.endswith("]"):
+        return "[]" + _convert(t[5:-1], struct, json_name, cls, attr, models_module, todo)
+    if t.startswith("Dict[str, ") and t.endswith("]"):
+        return "map[string]" + _convert(t[10:-1], struct, json_name, cls, attr, models_module, todo)
+    key = (struct, json_name)
+    if t == "str":
+        return "Quantity" if key in QUANTITY_FIELDS else "string"
+    if t == "int":
+        return "int64" if key in INT64_FIELDS else "int32"
+    if t == "bool":
+        return "bool"
+    if t == "float":
+        return "float64"
+    if t == "bytes":
+        return "bytes"
+    if t == "datetime":
+        return "MicroTime" if key in MICROTIME_FIELDS else "Time"
+    if t == "object":
+        ann = str(cls.model_fields[attr].annotation)
+        return "IntOrString" if "int" in ann and "str" in ann else "any"
+    if hasattr(models_module, t):
+        todo.append(t)
+        return t
+    raise ValueError(f"unsupported client type {t!r} in {cls.__name__}.{attr}")
+
+
+def render_module(types: dict[str, dict[str, str]]) -> str:
+    lines = ['"""Field types of every kind the API server decodes (GENERATED, do not edit).',
+             "",
+             "Regenerate with ``python -m pykubelet.server.schema`` (needs the official ``kubernetes``",
+             "client, a test dependency); see :mod:`pykubelet.server.schema` for the notation:",
+             "``[]T`` list, ``map[string]T`` map, a model name, or a scalar (string int32 int64 bool",
+             'float64 bytes Time MicroTime Quantity IntOrString any).',
+             '"""',
+             "",
+             "TYPES: dict[str, dict[str, str]] = {"]
+    for name, fields in types.items():
+        lines.append(f"    {name!r}: {{")
+        for f, t in fields.items():
+            lines.append(f"        {f!r}: {t!r},")
+        lines.append("    },")
+    lines.append("}")
+    return "\n".join(lines).replace("'", '"') + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover - developer tool
+    from pathlib import Path
+
+    import kubernetes.client.models as client_models
+
+    target = Path(__file__).with_name("apitypes.py")
+    target.write_text(render_module(generate_types(client_models)))
+    print(f"wrote {target}")

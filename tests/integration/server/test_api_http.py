@@ -38,7 +38,8 @@ async def test_bad_input_statuses(http33: Http) -> None:
     bad = json.loads(json.dumps(POD))
     bad["spec"]["foo"] = 1
     st, body = await h.req("POST", base, bad, params={"fieldValidation": "Strict"})
-    assert st == 400 and body["message"] == 'strict decoding error: unknown field "spec.foo"'
+    assert st == 400 and body["message"] == ('Pod in version "v1" cannot be handled as a Pod: '
+                                             'strict decoding error: unknown field "spec.foo"')
     st, body = await h.req("POST", base, pod("Bad_Name"))
     assert st == 422 and body["reason"] == "Invalid" and body["details"]["causes"][0]["field"] == "metadata.name"
     st, created = await h.req("POST", base, pod("p1"))
