@@ -6,6 +6,12 @@ and the namespaces every cluster has, then the HTTPS listener, then the controll
 exactly as upstream controllers use the API and never the storage).  A controller that crashes is
 logged and started again, as kube-controller-manager's would be by its supervisor.
 
+Data at rest: the data dir is made 0700 (tightened if it exists) before anything is written, the
+database 0600 (see :mod:`pykubelet.server.storage`), and ``--encryption-provider-config`` (upstream's
+flag and file format, :mod:`pykubelet.server.encryption`) encrypts the configured resources.  The
+file is read before anything starts, so a bad one, or stored data that its keys cannot read, stops
+the server with an error naming the problem and exit code 1, as kube-apiserver refuses to start.
+
 ``--insecure-port-for-tests`` adds a plain-HTTP listener on 127.0.0.1 whose requests are treated
 as ``system:masters`` (like the insecure port older kube-apiservers had); it exists for tests and
 is off by default.  :func:`run_server` offers the same for in-process tests.
@@ -30,10 +36,11 @@ from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient
 from pykubelet.server.app import ApiHttp
 from pykubelet.server.auth import PKI, Authorizer, TokenAuth, ensure_admin, node_kubeconfig
+from pykubelet.server.encryption import EncryptionConfigError, ResourceTransformers, load_config
 from pykubelet.server.nodelifecycle import NodeLifecycleController
 from pykubelet.server.registry import Registry
 from pykubelet.server.scheduler import Scheduler
-from pykubelet.server.storage import Storage
+from pykubelet.server.storage import Storage, StorageError, secure_dir
 
 log = logging.getLogger(__name__)
 
@@ -92,19 +99,30 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
                      controllers: bool = True, controller_kwargs: dict[str, Any] | None = None,
                      history: int = 10000, bookmark_interval: float = 60.0,
                      default_not_ready_toleration_seconds: int = 300,
-                     default_unreachable_toleration_seconds: int = 300) -> AsyncIterator[ServerHandle]:
+                     default_unreachable_toleration_seconds: int = 300,
+                     encryption_provider_config: str | Path | None = None) -> AsyncIterator[ServerHandle]:
     """Run the API server in this event loop.  ``port=0`` picks a free port.
 
     ``controller_kwargs``: ``grace_period``, ``monitor_period``, ``eviction_timeout`` (node
-    lifecycle) and ``retry_interval`` (scheduler).
+    lifecycle) and ``retry_interval`` (scheduler).  Raises :class:`EncryptionConfigError` or
+    :class:`StorageError` before serving when the encryption config or the stored data is unusable.
     """
     d = Path(data_dir)
+    transformer: ResourceTransformers | None = None
+    if encryption_provider_config is not None:
+        transformer = await asyncio.to_thread(load_config, encryption_provider_config)
+    await asyncio.to_thread(secure_dir, d)
     pki = PKI(d)
     await asyncio.to_thread(pki.ensure)  # key generation and file I/O off the loop
     tokens = TokenAuth(d, pki)
     authorizer = Authorizer(d)
-    store = Storage(d / "state.db", history=history)
-    store.open()
+    store = Storage(d / "state.db", history=history, transformer=transformer)
+    await asyncio.to_thread(store.open)
+    for resource, n in sorted(store.stale.items()):
+        log.info("%d %s are stored in plain text or with a key that is no longer the first in the "
+                 "encryption config; each is rewritten with the first provider on its next write "
+                 "(to rewrite all now: kubectl get %s -A -o json | kubectl replace -f -)",
+                 n, resource, resource)
     registry = Registry(store, pki, tokens, authorizer)
     registry.default_not_ready_toleration_seconds = default_not_ready_toleration_seconds
     registry.default_unreachable_toleration_seconds = default_unreachable_toleration_seconds
@@ -178,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tolerationSeconds of the unreachable:NoExecute toleration added to every pod")
     p.add_argument("--scheduler-retry-interval", type=_duration, default=10.0,
                    help="how often unschedulable pods are retried without a triggering change")
+    p.add_argument("--encryption-provider-config", default=None, metavar="FILE",
+                   help="EncryptionConfiguration (apiserver.config.k8s.io/v1) saying how to encrypt "
+                        "resources at rest: providers aesgcm, secretbox, identity")
     p.add_argument("--no-controllers", action="store_true", help="run the API server only")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -200,6 +221,7 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         },
         "default_not_ready_toleration_seconds": args.default_not_ready_toleration_seconds,
         "default_unreachable_toleration_seconds": args.default_unreachable_toleration_seconds,
+        "encryption_provider_config": args.encryption_provider_config,
     }
 
 
@@ -221,6 +243,6 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return asyncio.run(_amain(args))
-    except OSError as e:
+    except (OSError, EncryptionConfigError, StorageError) as e:
         log.error("cannot start server: %s", e)
         return 1

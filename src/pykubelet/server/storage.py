@@ -15,6 +15,18 @@ names a resourceVersion other than the stored one fails with 409 Conflict.
 
 Everything runs on the event loop thread, so no locking is needed: a write and its fan-out to
 watchers happen atomically with respect to other coroutines.
+
+Data at rest.  The database holds every object, Secrets included, so it is private to its owner:
+the file is created 0600 before SQLite opens it (SQLite gives ``-wal``/``-shm``/``-journal`` the
+database file's mode, so they are 0600 too) and existing files are tightened on open; the data dir
+itself is 0700 (:func:`secure_dir`, called by the server before anything is written).  Values may
+also be encrypted, per resource, by a :class:`ValueTransformer` (upstream's
+``--encryption-provider-config``, see :mod:`pykubelet.server.encryption`): a row holds the object's
+JSON as TEXT, or the transformer's ``k8s:enc:...`` bytes as a BLOB.  Rows are decoded once, at open:
+a value that no configured provider can read stops the start with an error naming the object (a
+missing or wrong key must not look like missing data).  ``secure_delete`` makes SQLite zero the
+bytes of deleted and overwritten rows, so a plaintext Secret that is re-encrypted on write does not
+linger in free space.
 """
 
 from __future__ import annotations
@@ -23,15 +35,65 @@ import asyncio
 import collections
 import copy
 import json
+import logging
+import os
 import sqlite3
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pykubelet.server.errors import already_exists, conflict, expired, not_found
 
 Obj = dict[str, Any]
+log = logging.getLogger(__name__)
+
+ENCRYPTED_PREFIX = b"k8s:enc:"
+DB_SUFFIXES = ("", "-wal", "-shm", "-journal")
+
+
+class StorageError(Exception):
+    """The database cannot be used (unreadable row, wrong key, not a database); the message says
+    which object or file."""
+
+
+class ValueTransformer(Protocol):
+    """Turns a row's plain JSON bytes into stored bytes and back, per resource (encryption at rest).
+    ``from_storage`` returns (plain, stale): stale = not written by the current write provider."""
+
+    def to_storage(self, resource: str, namespace: str, name: str, data: bytes) -> bytes: ...
+
+    def from_storage(self, resource: str, namespace: str, name: str, data: bytes) -> tuple[bytes, bool]: ...
+
+
+def _tighten(path: Path, mode: int) -> None:
+    """chmod ``path`` to ``mode`` if it grants more; logged, since it changes the user's files."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        return  # never follow a link out of the data dir
+    if stat.S_IMODE(st.st_mode) & ~mode:
+        log.info("tightening permissions of %s from %04o to %04o", path, stat.S_IMODE(st.st_mode), mode)
+        os.chmod(path, mode)
+
+
+def secure_dir(path: Path) -> None:
+    """Create ``path`` mode 0700 (parents as the umask says), or tighten it to 0700 if it exists."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _tighten(path, 0o700)
+
+
+def secure_db_files(path: Path) -> None:
+    """Make the database and its side files owner-only before SQLite opens them: SQLite creates
+    ``-wal``/``-shm``/``-journal`` with the database file's permissions, so a 0600 database keeps
+    them 0600 too."""
+    if not path.exists():
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))  # an empty file is an empty database
+    for suffix in DB_SUFFIXES:
+        _tighten(path.with_name(path.name + suffix), 0o600)
 
 
 @dataclass(frozen=True)
@@ -59,8 +121,11 @@ class Storage:
     """Persistent, watchable object store.  Keys: (resource, namespace, name); cluster-scoped
     objects use namespace ""."""
 
-    def __init__(self, path: str | Path | None, history: int = 10000) -> None:
+    def __init__(self, path: str | Path | None, history: int = 10000,
+                 transformer: ValueTransformer | None = None) -> None:
         self._path = str(path) if path is not None else ":memory:"
+        self._transformer = transformer
+        self.stale: dict[str, int] = {}  # per resource: rows a non-first provider decoded at open
         self._db: sqlite3.Connection | None = None
         self._objects: dict[str, dict[tuple[str, str], Obj]] = collections.defaultdict(dict)
         self._history: collections.deque[WatchEvent] = collections.deque(maxlen=history)
@@ -70,9 +135,23 @@ class Storage:
 
     # ---------------------------------------------------------------- lifecycle
     def open(self) -> None:
-        db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        if self._path != ":memory:":
+            secure_db_files(Path(self._path))
+        try:
+            db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            try:
+                self._load(db)
+            except BaseException:
+                db.close()
+                raise
+        except sqlite3.DatabaseError as e:
+            raise StorageError(f"{self._path}: {e}") from None
+        self._db = db
+
+    def _load(self, db: sqlite3.Connection) -> None:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA secure_delete=ON")
         db.execute(
             "CREATE TABLE IF NOT EXISTS objects (resource TEXT, namespace TEXT, name TEXT, rv INTEGER,"
             " data TEXT, PRIMARY KEY (resource, namespace, name))"
@@ -81,9 +160,35 @@ class Storage:
         row = db.execute("SELECT value FROM meta WHERE key='revision'").fetchone()
         self.revision = int(row[0]) if row else 0
         for resource, ns, name, _rv, data in db.execute("SELECT * FROM objects"):
-            self._objects[resource][(ns, name)] = json.loads(data)
+            self._objects[resource][(ns, name)] = self._decode(resource, ns, name, data)
         self._floor = self.revision
-        self._db = db
+
+    def _decode(self, resource: str, ns: str, name: str, data: str | bytes) -> Obj:
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        where = f"{resource} {ns + '/' if ns else ''}{name}"
+        try:
+            if self._transformer is not None:
+                raw, stale = self._transformer.from_storage(resource, ns, name, raw)
+                if stale:
+                    self.stale[resource] = self.stale.get(resource, 0) + 1
+            elif raw.startswith(ENCRYPTED_PREFIX):
+                raise StorageError("identity transformer tried to read encrypted data")
+            obj = json.loads(raw)
+        except Exception as e:  # any decoding failure: say which object, stop the start
+            hint = ""
+            if isinstance(data, bytes) and bytes(data).startswith(ENCRYPTED_PREFIX):
+                hint = " (it is encrypted: --encryption-provider-config must list the key it was written with)"
+            raise StorageError(f"cannot read {where} from {self._path}: {e}{hint}") from None
+        if not isinstance(obj, dict):
+            raise StorageError(f"cannot read {where} from {self._path}: not a JSON object")
+        return obj
+
+    def _encode(self, resource: str, ns: str, name: str, obj: Obj) -> str | bytes:
+        text = json.dumps(obj, separators=(",", ":"))
+        if self._transformer is None:
+            return text
+        out = self._transformer.to_storage(resource, ns, name, text.encode())
+        return out if out.startswith(ENCRYPTED_PREFIX) else out.decode()
 
     def close(self) -> None:
         for ws in self._watchers.values():
@@ -141,7 +246,7 @@ class Storage:
             else:
                 db.execute(
                     "INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?)",
-                    (resource, namespace, name, self.revision, json.dumps(obj, separators=(",", ":"))),
+                    (resource, namespace, name, self.revision, self._encode(resource, namespace, name, obj)),
                 )
             db.execute("INSERT OR REPLACE INTO meta VALUES ('revision', ?)", (self.revision,))
             db.execute("COMMIT")
@@ -203,9 +308,6 @@ class Storage:
         for w in list(self._watchers.get(ev.resource, ())):
             if w.namespace is None or w.namespace == ev.namespace:
                 w.queue.put_nowait(ev)
-
-    def history_floor(self) -> int:
-        return self._floor
 
     def watch(self, resource: str, namespace: str | None, since: int | None,
               initial: Callable[[], list[Obj]] | None = None) -> Watcher:

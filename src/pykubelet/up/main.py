@@ -13,6 +13,13 @@ cleanup pass of :class:`~pykubelet.up.containerd.PrivateContainerd` removes any 
 mount, cgroup, bridge, iptables chain or IPAM reservation. With an external runtime only the agent and
 the server are stopped: the user's containerd and its other pods are not ours to touch.
 
+Secrets are encrypted at rest by default, as a hardened kube-apiserver is set up: on first start
+``<data-dir>/pki/encryption-config.yaml`` (mode 0600) is written with a new random 32-byte AES-GCM key
+first and ``identity`` second (so Secrets of a cluster made before this still read, and are
+encrypted on their next write), and the server gets ``--encryption-provider-config``.  The file is
+never replaced: it holds the key the existing data needs.  A ``--server-arg
+--encryption-provider-config=FILE`` of the user's own takes its place.
+
 Component command lines are built by pure functions and can be overridden (``--server-command``,
 ``--agent-command``, hidden) so the orchestration is testable before/without the real components.
 """
@@ -81,9 +88,21 @@ def server_url(args: argparse.Namespace) -> str:
     return f"https://{host}:{args.secure_port}"
 
 
+def encryption_config_path(data_dir: Path) -> Path:
+    return data_dir / "pki" / "encryption-config.yaml"
+
+
+def default_encryption(args: argparse.Namespace) -> bool:
+    """Whether `up` provides the encryption config (not when the user passes one or the command)."""
+    own = any(a.split("=", 1)[0] == "--encryption-provider-config" for a in args.server_arg)
+    return not own and not args.server_command
+
+
 def server_argv(args: argparse.Namespace, data_dir: Path) -> list[str]:
     if args.server_command:
         return shlex.split(args.server_command)
+    encryption = (["--encryption-provider-config", str(encryption_config_path(data_dir))]
+                  if default_encryption(args) else [])
     return [
         sys.executable,
         "-m",
@@ -95,6 +114,7 @@ def server_argv(args: argparse.Namespace, data_dir: Path) -> list[str]:
         args.bind_address,
         "--secure-port",
         str(args.secure_port),
+        *encryption,
         *args.server_arg,
     ]
 
@@ -177,7 +197,7 @@ def ensure_node_kubeconfig(data_dir: Path, node_name: str, url: str) -> Path:
 
 def prepare_data_dir(value: str) -> Path:
     data_dir = Path(value).absolute()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the server tightens an existing one
     (data_dir / "manifests").mkdir(exist_ok=True)
     return data_dir
 
@@ -221,6 +241,11 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
                 raise
             _progress(f"warning: could not import images into {endpoint}: {e}")
 
+        if default_encryption(args):
+            from pykubelet.server.encryption import ensure_default_config
+
+            enc = await asyncio.to_thread(ensure_default_config, encryption_config_path(data_dir))
+            _progress(f"Secrets are encrypted at rest with the key in {enc} (keep it with the data dir)")
         url = server_url(args)
         admin = data_dir / "kubeconfig"
         probe_host = url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")
