@@ -265,9 +265,11 @@ _YAMLLoader.add_constructor("tag:yaml.org,2002:timestamp", _YAMLLoader.construct
 _YAMLLoader.add_constructor("tag:yaml.org,2002:binary", _YAMLLoader.construct_text)
 
 
-def _json_compatible(obj: Any) -> Any:
+def _json_compatible(obj: Any, dups: dict[int, list[str]]) -> tuple[Any, dict[int, list[str]]]:
     """YAML keys as JSON strings (Go's YAML-to-JSON does the same); non-finite floats refused.
-    Iterative, and expands aliases at most :data:`MAX_YAML_NODES` nodes deep."""
+    Iterative, and expands aliases into at most :data:`MAX_YAML_NODES` nodes.  Returns the copy
+    and the duplicate-key record re-keyed to the copy's dicts."""
+    new_dups: dict[int, list[str]] = {}
     budget = MAX_YAML_NODES
     root: list[Any] = [None]
     stack: list[tuple[Any, Any, Any]] = [(obj, root, 0)]
@@ -278,6 +280,8 @@ def _json_compatible(obj: Any) -> Any:
             raise ValueError("document contains excessive aliasing")
         if isinstance(src, dict):
             out: Any = {}
+            if id(src) in dups:
+                new_dups[id(out)] = dups[id(src)]
             for k, v in src.items():
                 sk = k if isinstance(k, str) else ("null" if k is None else json.dumps(k))
                 out[sk] = None
@@ -290,7 +294,7 @@ def _json_compatible(obj: Any) -> Any:
         else:
             out = src
         parent[key] = out
-    return root[0]
+    return root[0], new_dups
 
 
 def parse_yaml(raw: bytes) -> Body:
@@ -301,7 +305,7 @@ def parse_yaml(raw: bytes) -> Body:
         raise yaml.YAMLError(f"exceeded max depth of {MAX_DEPTH}") from e
     finally:
         loader.dispose()
-    return Body(_json_compatible(obj), loader.duplicates)
+    return Body(*_json_compatible(obj, loader.duplicates))
 
 
 def decode_body(raw: bytes, content_type: str) -> Body:
