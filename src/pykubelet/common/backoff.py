@@ -1,5 +1,7 @@
 """Per-key exponential back-off with an injected clock (upstream client-go ``flowcontrol.Backoff``).
 
+Shared code (like upstream's client-go utility): the agent's crash-loop and image-pull back-offs use it.
+
 Used for CrashLoopBackOff (key = pod + container + spec hash, upstream ``GetStableKey``) and for
 image pull back-off (key = pod + image). Semantics follow upstream exactly:
 

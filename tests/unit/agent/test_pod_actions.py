@@ -23,7 +23,7 @@ from pykubelet.agent.kuberuntime.actions import (
     should_container_be_restarted,
     termination_dependencies,
 )
-from pykubelet.agent.kuberuntime.backoff import Backoff
+from pykubelet.common.backoff import Backoff
 from tests.builders import NOW, container, exited, pod, running, runtime_status, sandbox
 
 JSON = dict[str, Any]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pykubelet.agent import metrics
-from pykubelet.agent.kuberuntime.backoff import Backoff
+from pykubelet.common.backoff import Backoff
 from pykubelet.cri import pb
 
 log = logging.getLogger(__name__)

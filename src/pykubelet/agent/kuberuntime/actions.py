@@ -43,7 +43,7 @@ from pykubelet.agent.container.runtime import (
     RuntimePodStatus,
     hash_container,
 )
-from pykubelet.agent.kuberuntime.backoff import Backoff
+from pykubelet.common.backoff import Backoff
 from pykubelet.common.durations import format_duration
 from pykubelet.common.podutil import is_restartable_init_container
 

@@ -55,11 +55,11 @@ from pykubelet.agent.kuberuntime.actions import (
     format_pod,
     termination_dependencies,
 )
-from pykubelet.agent.kuberuntime.backoff import Backoff
 from pykubelet.agent.logs import symlinks
 from pykubelet.agent.logs.manager import clean_rotated
 from pykubelet.agent.types import JSONObj, Pod
 from pykubelet.common import labels as names
+from pykubelet.common.backoff import Backoff
 from pykubelet.common.procfs import read_meminfo
 from pykubelet.cri import CRIError, pb
 
