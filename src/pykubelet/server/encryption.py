@@ -78,7 +78,7 @@ class TransformError(Exception):
     """A stored value cannot be decrypted with the configured providers."""
 
 
-class ValueTransformer(Protocol):
+class ProviderTransformer(Protocol):
     """One provider (or one key of one): the bytes after its prefix, both ways."""
 
     def to_storage(self, data: bytes, aad: bytes) -> bytes: ...
@@ -86,33 +86,33 @@ class ValueTransformer(Protocol):
     def from_storage(self, data: bytes, aad: bytes) -> tuple[bytes, bool]: ...
 
 
-@dataclass(frozen=True)
 class _AESGCMKey:
-    key: bytes
+    def __init__(self, key: bytes) -> None:
+        self._aead = AESGCM(key)
 
     def to_storage(self, data: bytes, aad: bytes) -> bytes:
         nonce = os.urandom(12)
-        return nonce + AESGCM(self.key).encrypt(nonce, data, aad)
+        return nonce + self._aead.encrypt(nonce, data, aad)
 
     def from_storage(self, data: bytes, aad: bytes) -> tuple[bytes, bool]:
         if len(data) < 12 + 16:
             raise TransformError("the stored data was shorter than the required size")
         try:
-            return AESGCM(self.key).decrypt(data[:12], data[12:], aad), False
+            return self._aead.decrypt(data[:12], data[12:], aad), False
         except InvalidTag:
             raise TransformError("cipher: message authentication failed") from None
 
 
-@dataclass(frozen=True)
 class _SecretboxKey:
-    key: bytes
+    def __init__(self, key: bytes) -> None:
+        self._box = nacl.secret.SecretBox(key)
 
     def to_storage(self, data: bytes, aad: bytes) -> bytes:
-        box = nacl.secret.SecretBox(self.key)
+        box = self._box  # XSalsa20-Poly1305 has no authenticated data (upstream neither)
         return bytes(box.encrypt(data, nacl.utils.random(box.NONCE_SIZE)))
 
     def from_storage(self, data: bytes, aad: bytes) -> tuple[bytes, bool]:
-        box = nacl.secret.SecretBox(self.key)
+        box = self._box
         if len(data) < box.NONCE_SIZE + box.MACBYTES:
             raise TransformError("the stored data was shorter than the required size")
         try:
@@ -134,7 +134,7 @@ class _Identity:
 @dataclass(frozen=True)
 class _Prefixed:
     prefix: bytes
-    transformer: ValueTransformer
+    transformer: ProviderTransformer
 
 
 class PrefixTransformers:

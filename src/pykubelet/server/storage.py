@@ -67,14 +67,16 @@ class ValueTransformer(Protocol):
     def from_storage(self, resource: str, namespace: str, name: str, data: bytes) -> tuple[bytes, bool]: ...
 
 
-def _tighten(path: Path, mode: int) -> None:
-    """chmod ``path`` to ``mode`` if it grants more; logged, since it changes the user's files."""
+def _tighten(path: Path, mode: int, *, follow: bool = False) -> None:
+    """chmod ``path`` to ``mode`` if it grants more; logged, since it changes the user's files.
+    A symlinked database side file is left alone (never chmod something outside the data dir);
+    a symlinked data dir is followed: its target is the data dir."""
     try:
-        st = path.lstat()
+        st = path.stat() if follow else path.lstat()
     except FileNotFoundError:
         return
     if stat.S_ISLNK(st.st_mode):
-        return  # never follow a link out of the data dir
+        return
     if stat.S_IMODE(st.st_mode) & ~mode:
         log.info("tightening permissions of %s from %04o to %04o", path, stat.S_IMODE(st.st_mode), mode)
         os.chmod(path, mode)
@@ -83,7 +85,7 @@ def _tighten(path: Path, mode: int) -> None:
 def secure_dir(path: Path) -> None:
     """Create ``path`` mode 0700 (parents as the umask says), or tighten it to 0700 if it exists."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _tighten(path, 0o700)
+    _tighten(path, 0o700, follow=True)
 
 
 def secure_db_files(path: Path) -> None:
