@@ -101,6 +101,30 @@ def validate_meta(resource: str, obj: dict[str, Any], *, creating: bool) -> list
     fin = meta.get("finalizers")
     if fin is not None and (not isinstance(fin, list) or not all(isinstance(f, str) for f in fin)):
         errs.append(("metadata.finalizers", "Invalid value: must be a list of strings"))
+    errs.extend(managed_fields_errors(meta.get("managedFields")))
+    return errs
+
+
+def managed_fields_errors(entries: Any) -> list[tuple[str, str]]:
+    """ValidateManagedFields: operation Apply/Update, fieldsType FieldsV1, a printable manager."""
+    errs: list[tuple[str, str]] = []
+    for i, e in enumerate(entries if isinstance(entries, list) else []):
+        if not isinstance(e, dict):
+            continue
+        p = f"metadata.managedFields[{i}]"
+        op = e.get("operation") or ""
+        if op not in ("Apply", "Update"):
+            errs.append((f"{p}.operation", f"Invalid value: {json.dumps(op)}: must be `Apply` or `Update`"))
+        ft = e.get("fieldsType") or ""
+        if ft and ft != "FieldsV1":
+            errs.append((f"{p}.fieldsType", f"Invalid value: {json.dumps(ft)}: must be `FieldsV1`"))
+        manager = str(e.get("manager") or "")
+        if len(manager) > 128:
+            errs.append((f"{p}.manager", "Too long: may not be more than 128 bytes"))
+        errs.extend((f"{p}.manager", f"Invalid value: {json.dumps(manager)}: invalid character U+{ord(ch):04X} "
+                     f"(at position {j})") for j, ch in enumerate(manager) if not ch.isprintable())
+        if len(str(e.get("subresource") or "")) > 256:
+            errs.append((f"{p}.subresource", "Too long: may not be more than 256 bytes"))
     return errs
 
 

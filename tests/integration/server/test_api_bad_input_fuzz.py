@@ -221,6 +221,11 @@ def write_cases(r: Res, seed_name: str) -> list[Case]:
              body={**base, "metadata": {"name": seed_name, "labels": {"dry": "run"}}}, params={"dryRun": "All"}),
         Case("PUT json nested 2000 deep", "PUT", p, 400, raw=_deep_json(2000)),
         Case("PUT array body", "PUT", p, 400, body=[base]),
+        Case("PUT managedFields with a bogus operation", "PUT", p, 422,
+             body={**base, "metadata": {"name": seed_name, "managedFields": [{"manager": "m", "operation": "Bogus"}]}}),
+        Case("PUT managedFields of fieldsType FieldsV2", "PUT", p, 422,
+             body={**base, "metadata": {"name": seed_name, "managedFields": [
+                 {"manager": "m", "operation": "Update", "fieldsType": "FieldsV2"}]}}),
         # PATCH
         Case("PATCH application/json", "PATCH", p, 415, body={"metadata": {"labels": {"a": "b"}}}),
         Case("PATCH without Content-Type", "PATCH", p, 415, body={"metadata": {"labels": {"a": "b"}}},
