@@ -312,6 +312,22 @@ async def test_the_token_is_requested_again_after_80_percent_of_its_lifetime(tmp
     assert len(requests) == 2 and (Path(mv.host_path) / "token").read_text() == "token-2"
 
 
+async def test_a_refresh_round_renews_the_token_if_80_percent_would_pass_before_the_next(tmp_path: Path) -> None:
+    clock = FakeClock(now=1_900_000_000.0)
+    api, requests = token_api(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_900_000_000 + 3600)))
+    vol = {"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+    ctx = ctx_for(tmp_path, pod(), api, clock)
+    ctx.tokens.lookahead = lambda: 60.0  # the volume manager's refresh period
+    plugin = find_plugin(vol)
+    mv = await plugin.setup(ctx, vol, None)
+    clock.advance(0.8 * 3600 - 61)
+    await plugin.setup(ctx, vol, mv)
+    assert len(requests) == 1
+    clock.advance(30)  # the next round would come after 80 %: renew now
+    await plugin.setup(ctx, vol, mv)
+    assert len(requests) == 2
+
+
 async def test_token_file_is_private_when_the_pod_has_an_fs_group(tmp_path: Path) -> None:
     api, _ = token_api()
     mv = await setup(ctx_for(tmp_path, pod(securityContext={"fsGroup": os.getgid()}), api),

@@ -14,7 +14,7 @@ uses (upstream also skips volumes no container mounts) and is not yet set up —
 on pod metadata that changed (downwardAPI/projected labels and annotations). If any fails, the pod
 waits: ``PodNotReadyError("FailedMount", 'MountVolume.SetUp failed for volume "cfg" : configmap "x" not
 found')`` makes the pod syncer record the Warning event and retry with an exponential back-off (1 s
-doubling to 30 s), so the pod stays ContainerCreating and starts on the first retry after the missing
+doubling to 10 s), so the pod stays ContainerCreating and starts on the first retry after the missing
 object appears; it never runs without its mounts. A further failing volume gets its own event.
 
 ``refresh()`` runs every refresh period (upstream's remount happens in each pod sync, every
@@ -76,7 +76,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_REFRESH_PERIOD = 60.0
 RETRY_INITIAL = 1.0
-RETRY_MAX = 30.0
+RETRY_MAX = 10.0
 FAILED_MOUNT = "FailedMount"
 SIZE_LIMIT_EXCEEDED = "EmptyDirSizeLimitExceeded"
 
@@ -131,9 +131,9 @@ class VolumeManager:
         self.pods_dir = Path(root_dir) / "pods"
         self.recorder = recorder
         self.objects = ObjectSource(api)
-        self.tokens = TokenManager(api, clock=clock)
-        self.mounter: Mounter = mounter if mounter is not None else SystemMounter()
         self.refresh_period = refresh_period
+        self.tokens = TokenManager(api, clock=clock, lookahead=self._refresh_period)
+        self.mounter: Mounter = mounter if mounter is not None else SystemMounter()
         self.node_allocatable = node_allocatable if node_allocatable is not None else _node_allocatable()
         self.retry_initial = retry_initial
         self.retry_max = retry_max
@@ -153,6 +153,10 @@ class VolumeManager:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
+
+    def _refresh_period(self) -> float:
+        p = self.refresh_period
+        return float(p() if callable(p) else p)
 
     def _lock(self, uid: str) -> asyncio.Lock:
         lock = self._locks.get(uid)

@@ -16,8 +16,9 @@ Service-account tokens (``TokenManager``, upstream ``pkg/kubelet/token``): a pro
 ``serviceAccountToken`` is obtained with the TokenRequest API, ``POST
 /api/v1/namespaces/<ns>/serviceaccounts/<sa>/token`` with the audience, ``expirationSeconds`` and a
 ``boundObjectRef`` to the pod (so the token dies with the pod), cached per (service account,
-audiences, lifetime, pod), and requested again once 80 % of its lifetime passed (or 24 h, upstream's
-``requiresRefresh``); until a refresh succeeds the still-valid token keeps being used.
+audiences, lifetime, pod), and requested again before 80 % of its lifetime passed (or 24 h, upstream's
+``requiresRefresh``): a refresh round renews it when 80 % would be reached before the next round
+(``lookahead``). Until a renewal succeeds the still-valid token keeps being used.
 """
 
 from __future__ import annotations
@@ -178,9 +179,11 @@ TokenKey = tuple[str, str, tuple[str, ...], int, str]  # namespace, service acco
 class TokenManager:
     """Service-account tokens bound to pods, cached and refreshed (upstream ``token.Manager``)."""
 
-    def __init__(self, api: ObjectApi | None, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, api: ObjectApi | None, *, clock: Callable[[], float] = time.time,
+                 lookahead: Callable[[], float] = lambda: 0.0) -> None:
         self.api = api
         self.clock = clock
+        self.lookahead = lookahead  # the refresh period: renew in the last round before 80 %
         self._tokens: dict[TokenKey, Token] = {}
 
     async def get(self, namespace: str, service_account: str, *, audiences: list[str], expiration: int,
@@ -188,7 +191,7 @@ class TokenManager:
         key: TokenKey = (namespace, service_account, tuple(audiences), expiration, pod_uid)
         now = self.clock()
         cached = self._tokens.get(key)
-        if cached is not None and not cached.requires_refresh(now):
+        if cached is not None and not cached.requires_refresh(now + self.lookahead()):
             return cached.token
         try:
             fresh = await self._request(namespace, service_account, audiences, expiration, pod_name, pod_uid)
