@@ -120,7 +120,7 @@ def parse_request_info(method: str, path: str, query: dict[str, str]) -> Request
     if len(segs) > 3:
         info.rest = "/".join(segs[3:])
     m = method.upper()
-    watching = info.watch_prefix or query.get("watch") in ("true", "1")
+    watching = info.watch_prefix or query.get("watch") in _GO_TRUE  # strconv.ParseBool, as RequestInfoFactory
     if m in ("GET", "HEAD"):
         info.verb = "watch" if watching else ("get" if info.name else "list")
     elif m == "POST":
@@ -742,6 +742,7 @@ class ApiHttp:
             "limit": int64_param(q, "limit"),
             "timeoutSeconds": int64_param(q, "timeoutSeconds"),
             "allowWatchBookmarks": bool_param(q, "allowWatchBookmarks"),
+            "watch": bool_param(q, "watch"),
             "continue": _single(q, "continue") or "",
         }
         rv = _single(q, "resourceVersion") or ""
