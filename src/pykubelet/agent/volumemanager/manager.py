@@ -197,16 +197,18 @@ class VolumeManager:
             self._touched[uid] = time.time()
             mounted = self._actual.setdefault(uid, {})
             ctx = self._context(pod, self.objects)
-            errors: list[tuple[str, MountError]] = []
-            for vol in volumes:
+            todo = [v for v in volumes if self._needs_setup(mounted.get(str(v.get("name", ""))), v, pod)]
+
+            async def one(vol: JSONObj) -> tuple[str, MountError] | None:
                 name = str(vol.get("name", ""))
-                current = mounted.get(name)
-                if not self._needs_setup(current, vol, pod):
-                    continue
                 try:
-                    mounted[name] = await find_plugin(vol).setup(ctx, vol, current)
+                    mounted[name] = await find_plugin(vol).setup(ctx, vol, mounted.get(name))
                 except MountError as e:
-                    errors.append((name, e))
+                    return name, e
+                return None
+
+            # a pod's volumes are set up concurrently, as upstream's operation executor does
+            errors = [r for r in await asyncio.gather(*(one(v) for v in todo)) if r is not None]
             if not errors:
                 self._failures.pop(uid, None)
                 return
