@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -195,7 +196,18 @@ async def test_an_empty_dir_over_its_size_limit_is_reported_once(env: Env) -> No
          "has no eviction manager: the pod is not evicted)")]
 
 
-async def test_start_and_stop_run_the_refresh_loop(env: Env) -> None:
-    vm = env.manager()
+async def test_the_refresh_loop_runs_between_start_and_stop(env: Env) -> None:
+    env.api.put(CM_PATH, {"metadata": {"name": "cfg"}, "data": {"k": "v1"}})
+    vm = VolumeManager(root_dir=env.root, api=env.api, recorder=env.recorder, mounter=env.mounter,
+                       refresh_period=0.05)
     await vm.start()
-    await vm.stop()
+    try:
+        await vm.prepare_pod(cfg_pod())
+        env.api.put(CM_PATH, {"metadata": {"name": "cfg"}, "data": {"k": "v2"}})
+        f = env.vol("uid-p", "kubernetes.io~configmap", "cfg") / "k"
+        async with asyncio.timeout(10):
+            while f.read_text() != "v2":  # noqa: ASYNC110 - polling the loop under test
+                await asyncio.sleep(0.02)
+    finally:
+        await vm.stop()
+    assert f.read_text() == "v2"

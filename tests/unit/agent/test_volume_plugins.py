@@ -134,9 +134,10 @@ async def test_socket_char_device_and_unset_types_accept_what_they_name(tmp_path
     with socket.socket(socket.AF_UNIX) as s:
         s.bind(sock_path)
         ctx = ctx_for(tmp_path, pod())
-        await setup(ctx, {"name": "s", "hostPath": {"path": sock_path, "type": "Socket"}})
-        await setup(ctx, {"name": "c", "hostPath": {"path": "/dev/null", "type": "CharDevice"}})
-        await setup(ctx, {"name": "u", "hostPath": {"path": str(tmp_path / "missing"), "type": ""}})
+        mounted = [await setup(ctx, {"name": "s", "hostPath": {"path": sock_path, "type": "Socket"}}),
+                   await setup(ctx, {"name": "c", "hostPath": {"path": "/dev/null", "type": "CharDevice"}}),
+                   await setup(ctx, {"name": "u", "hostPath": {"path": str(tmp_path / "missing"), "type": ""}})]
+    assert [m.host_path for m in mounted] == [sock_path, "/dev/null", str(tmp_path / "missing")]
 
 
 @pytest.mark.parametrize(("kind", "path", "message"), [
