@@ -1,4 +1,4 @@
-"""Kubelet engine against the fake CRI runtime over gRPC, with an in-memory API stub.
+"""The whole kubelet against the fake CRI runtime over gRPC, with the shared in-memory API (tests.fakes).
 
 Behaviour only: pods reach Running, restart policies decide Succeeded/Failed, crash loops back off,
 deletion terminates and confirms with grace 0, a restarted agent restarts nothing, orphans go away.
@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,72 +21,25 @@ from pykubelet.agent.types import PodOp, PodUpdate
 from pykubelet.cri import CRIClient, pb
 from pykubelet.fakecri.runtime import RUNTIME_NAME
 from pykubelet.fakecri.server import serve
+from tests import builders
+from tests.builders import container, pod_path
+from tests.fakes import FakeApi, eventually
+
+JSON = dict[str, Any]
 
 
-class FakeApiError(Exception):
-    def __init__(self, status: int, message: str = "") -> None:
-        super().__init__(message)
-        self.status = status
+def node_pod(name: str, containers: list[JSON], **fields: Any) -> JSON:
+    """A pending pod (uid ``uid-<name>``) bound to node1 from the API source, stopping within a second
+    when deleted; ``fields`` go to ``tests.builders.pod`` (restart_policy, init_containers...)."""
+    return builders.pod(name, containers=containers, node_name="node1",
+                        annotations={"kubernetes.io/config.source": "api"}, status={"phase": "Pending"},
+                        terminationGracePeriodSeconds=1, **fields)
 
 
-class FakeApi:
-    """Just enough of ApiClient for the engine: pods (+status), events, secrets, configmaps."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.deletes: list[tuple[str, Any]] = []
-        self.patches: list[tuple[str, dict[str, Any]]] = []
-
-    def put(self, path: str, obj: dict[str, Any]) -> None:
-        self.objects[path] = copy.deepcopy(obj)
-
-    async def get(self, path: str, params: Any = None) -> dict[str, Any]:
-        if path not in self.objects:
-            raise FakeApiError(404, "not found")
-        return copy.deepcopy(self.objects[path])
-
-    async def create(self, path: str, body: dict[str, Any], params: Any = None) -> dict[str, Any]:
-        name = body["metadata"]["name"]
-        self.objects[f"{path}/{name}"] = copy.deepcopy(body)
-        return body
-
-    async def patch(self, path: str, body: dict[str, Any], patch_type: str = "merge", params: Any = None) -> dict[str, Any]:
-        self.patches.append((path, copy.deepcopy(body)))
-        base = path.removesuffix("/status")
-        if base not in self.objects:
-            raise FakeApiError(404)
-        obj = self.objects[base]
-        if "status" in body:
-            obj["status"] = copy.deepcopy(body["status"])
-        for k, v in body.items():
-            if k not in ("status", "metadata"):
-                obj[k] = v
-        return copy.deepcopy(obj)
-
-    async def delete(self, path: str, body: Any = None, params: Any = None) -> dict[str, Any]:
-        self.deletes.append((path, body))
-        self.objects.pop(path, None)
-        return {}
-
-
-def make_pod(name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4()),
-                     "annotations": {"kubernetes.io/config.source": "api"}},
-        "spec": {"nodeName": "node1", "containers": containers, "terminationGracePeriodSeconds": 1, **spec},
-        "status": {"phase": "Pending"},
-    }
-
-
-def busybox(name: str, *cmd: str) -> dict[str, Any]:
-    return {"name": name, "image": "busybox:latest", "imagePullPolicy": "IfNotPresent",
-            "command": list(cmd) if cmd else ["sleep", "infinity"]}
-
-
-def pod_path(pod: dict[str, Any]) -> str:
-    return f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}"
+def busybox(name: str, *cmd: str) -> JSON:
+    """A busybox container running ``cmd`` (the fake runtime runs sleep, sh -c "echo ...; exit N")."""
+    return container(name, "busybox:latest", imagePullPolicy="IfNotPresent",
+                     command=list(cmd) if cmd else ["sleep", "infinity"])
 
 
 class Harness:
@@ -105,31 +57,22 @@ class Harness:
 
     async def start(self) -> Kubelet:
         self.updates = asyncio.Queue()
-        k = Kubelet(options=self.options(), api=self.api, runtime=self.runtime,
+        k = Kubelet(options=self.options(), api=self.api, runtime=self.runtime,  # type: ignore[arg-type]
                     recorder=EventRecorder(None, host="node1"), updates=self.updates,
                     mirror=None, pleg_period=0.2, housekeeping_period=0.3, status_reconcile_period=1.0)
         await k.start()
         self.kubelet = k
         return k
 
-    async def add(self, *pods: dict[str, Any]) -> None:
+    async def add(self, *pods: JSON) -> None:
         for p in pods:
             self.api.put(pod_path(p), p)
         await self.updates.put(PodUpdate(PodOp.ADD, "api", [copy.deepcopy(p) for p in pods]))
         assert self.kubelet is not None
         self.kubelet.mark_source_ready("api")
 
-    def api_status(self, pod: dict[str, Any]) -> dict[str, Any]:
+    def api_status(self, pod: JSON) -> JSON:
         return (self.api.objects.get(pod_path(pod)) or {}).get("status") or {}
-
-
-async def eventually(pred: Callable[[], Any], wait: float = 20.0) -> Any:
-    async with asyncio.timeout(wait):
-        while True:
-            v = pred()
-            if v:
-                return v
-            await asyncio.sleep(0.05)
 
 
 @pytest.fixture
@@ -150,7 +93,7 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
 
 async def test_pod_reaches_running_and_reports_status(harness: Harness) -> None:
     await harness.start()
-    pod = make_pod("web", [busybox("a"), busybox("b")])
+    pod = node_pod("web", [busybox("a"), busybox("b")])
     await harness.add(pod)
     st = await eventually(lambda: harness.api_status(pod).get("phase") == "Running" and harness.api_status(pod))
     assert st["podIP"].startswith("198.1")
@@ -172,7 +115,7 @@ async def test_pod_reaches_running_and_reports_status(harness: Harness) -> None:
 @pytest.mark.parametrize(("cmd", "phase", "code"), [("exit 0", "Succeeded", 0), ("exit 1", "Failed", 1)])
 async def test_restart_never_terminal_phase(harness: Harness, cmd: str, phase: str, code: int) -> None:
     await harness.start()
-    pod = make_pod("job", [busybox("main", "sh", "-c", cmd)], restartPolicy="Never")
+    pod = node_pod("job", [busybox("main", "sh", "-c", cmd)], restart_policy="Never")
     await harness.add(pod)
     st = await eventually(lambda: harness.api_status(pod).get("phase") == phase and harness.api_status(pod))
     term = st["containerStatuses"][0]["state"]["terminated"]
@@ -190,10 +133,10 @@ async def test_restart_never_terminal_phase(harness: Harness, cmd: str, phase: s
 
 async def test_crash_loop_backs_off(harness: Harness) -> None:
     await harness.start()
-    pod = make_pod("crash", [busybox("c", "sh", "-c", "exit 2")])
+    pod = node_pod("crash", [busybox("c", "sh", "-c", "exit 2")])
     await harness.add(pod)
 
-    def waiting_crashloop() -> dict[str, Any] | None:
+    def waiting_crashloop() -> JSON | None:
         st = harness.api_status(pod)
         cs = (st.get("containerStatuses") or [{}])[0]
         w = (cs.get("state") or {}).get("waiting") or {}
@@ -210,7 +153,7 @@ async def test_crash_loop_backs_off(harness: Harness) -> None:
 
 async def test_delete_terminates_and_confirms(harness: Harness) -> None:
     k = await harness.start()
-    pod = make_pod("victim", [busybox("a")])
+    pod = node_pod("victim", [busybox("a")])
     await harness.add(pod)
     await eventually(lambda: harness.api_status(pod).get("phase") == "Running")
     deleted = copy.deepcopy(pod)
@@ -219,8 +162,8 @@ async def test_delete_terminates_and_confirms(harness: Harness) -> None:
     harness.api.objects[pod_path(pod)]["metadata"].update(
         deletionTimestamp="2026-01-01T00:00:00Z", deletionGracePeriodSeconds=1)
     await harness.updates.put(PodUpdate(PodOp.DELETE, "api", [deleted]))
-    await eventually(lambda: harness.api.deletes)
-    path, body = harness.api.deletes[0]
+    await eventually(lambda: harness.api.deleted)
+    path, body = harness.api.deleted[0]
     assert path == pod_path(pod)
     assert body["gracePeriodSeconds"] == 0
     assert body["preconditions"]["uid"] == pod["metadata"]["uid"]
@@ -239,7 +182,7 @@ async def test_delete_terminates_and_confirms(harness: Harness) -> None:
 
 async def test_restarting_agent_restarts_nothing(harness: Harness) -> None:
     await harness.start()
-    pod = make_pod("steady", [busybox("a"), busybox("b")])
+    pod = node_pod("steady", [busybox("a"), busybox("b")])
     await harness.add(pod)
     await eventually(lambda: harness.api_status(pod).get("phase") == "Running")
     before = {c.id for c in await harness.runtime.list_containers()}
@@ -260,8 +203,8 @@ async def test_restarting_agent_restarts_nothing(harness: Harness) -> None:
 
 async def test_orphans_removed_at_startup(harness: Harness) -> None:
     k = await harness.start()
-    keep = make_pod("keep", [busybox("a")])
-    orphan = make_pod("orphan", [busybox("a")])
+    keep = node_pod("keep", [busybox("a")])
+    orphan = node_pod("orphan", [busybox("a")])
     await harness.add(keep, orphan)
     await eventually(lambda: harness.api_status(orphan).get("phase") == "Running"
                      and harness.api_status(keep).get("phase") == "Running")
@@ -285,8 +228,8 @@ async def test_orphans_removed_at_startup(harness: Harness) -> None:
 
 async def test_invalid_pod_is_rejected_not_crashing(harness: Harness) -> None:
     k = await harness.start()
-    bad = make_pod("bad", [busybox("x"), busybox("x")])
-    good = make_pod("good", [busybox("a")])
+    bad = node_pod("bad", [busybox("x"), busybox("x")])
+    good = node_pod("good", [busybox("a")])
     await harness.add(bad, good)
     await eventually(lambda: harness.api_status(good).get("phase") == "Running")
     st = await eventually(lambda: harness.api_status(bad).get("phase") == "Failed" and harness.api_status(bad))
@@ -296,8 +239,8 @@ async def test_invalid_pod_is_rejected_not_crashing(harness: Harness) -> None:
 
 async def test_init_containers_run_in_order(harness: Harness) -> None:
     await harness.start()
-    pod = make_pod("init", [busybox("app")],
-                   initContainers=[busybox("i1", "sh", "-c", "exit 0"), busybox("i2", "sh", "-c", "exit 0")])
+    pod = node_pod("init", [busybox("app")],
+                   init_containers=[busybox("i1", "sh", "-c", "exit 0"), busybox("i2", "sh", "-c", "exit 0")])
     await harness.add(pod)
     st = await eventually(lambda: harness.api_status(pod).get("phase") == "Running" and harness.api_status(pod))
     inits = {c["name"]: c for c in st["initContainerStatuses"]}
@@ -310,7 +253,7 @@ async def test_termination_message_fallback_to_logs(harness: Harness) -> None:
     await harness.start()
     c = busybox("m", "sh", "-c", "echo something went wrong; exit 3")
     c["terminationMessagePolicy"] = "FallbackToLogsOnError"
-    pod = make_pod("msg", [c], restartPolicy="Never")
+    pod = node_pod("msg", [c], restart_policy="Never")
     await harness.add(pod)
     st = await eventually(lambda: harness.api_status(pod).get("phase") == "Failed" and harness.api_status(pod))
     term = st["containerStatuses"][0]["state"]["terminated"]
@@ -333,10 +276,10 @@ async def test_badly_typed_container_gets_config_error_and_event(
     k = await harness.start()
     c = busybox("c")
     c[field] = value
-    pod = make_pod("typed", [c])
+    pod = node_pod("typed", [c])
     await harness.add(pod)
 
-    def waiting() -> dict[str, Any] | None:
+    def waiting() -> JSON | None:
         for cs in harness.api_status(pod).get("containerStatuses") or []:
             w = (cs.get("state") or {}).get("waiting") or {}
             if w.get("reason") == "CreateContainerConfigError":

@@ -12,29 +12,30 @@ from pykubelet.agent.podworkers import (
     SyncPodType,
     UpdatePodOptions,
 )
+from tests.builders import pod
 
 
-def pod(uid: str = "a", *, spec_grace: int | None = 30, **md: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {}
-    if spec_grace is not None:
-        spec["terminationGracePeriodSeconds"] = spec_grace
-    return {"metadata": {"uid": uid, "name": uid, "namespace": "d", **md}, "spec": spec}
+def graced(spec_grace: int | None = 30, **metadata: Any) -> dict[str, Any]:
+    """Pod "p" whose spec asks for ``spec_grace`` seconds (None: the field unset), with these metadata fields
+    (deletionTimestamp, deletionGracePeriodSeconds: what the API server sets on a deleted pod)."""
+    spec = {} if spec_grace is None else {"terminationGracePeriodSeconds": spec_grace}
+    return pod(metadata=metadata, **spec)
 
 
 def test_effective_grace_follows_upstream() -> None:
-    assert effective_grace(None, pod()) == 30
-    assert effective_grace(None, pod(spec_grace=None)) == 30
-    assert effective_grace(None, pod(spec_grace=5)) == 5
+    assert effective_grace(None, graced()) == 30
+    assert effective_grace(None, graced(None)) == 30
+    assert effective_grace(None, graced(5)) == 5
     # the API server's deletionGracePeriodSeconds wins, even 0 (then the 1 s floor applies)
-    assert effective_grace(None, pod(deletionGracePeriodSeconds=3)) == 3
-    assert effective_grace(None, pod(deletionGracePeriodSeconds=0)) == 1
+    assert effective_grace(None, graced(deletionGracePeriodSeconds=3)) == 3
+    assert effective_grace(None, graced(deletionGracePeriodSeconds=0)) == 1
     # a kubelet override applies when shorter; the grace period never grows back
-    assert effective_grace(None, pod(), 0) == 1
-    assert effective_grace(None, pod(), 40) == 40
-    assert effective_grace(10, pod(deletionGracePeriodSeconds=20)) == 10
-    assert effective_grace(10, pod(), 40) == 10
-    assert effective_grace(10, pod(deletionGracePeriodSeconds=2)) == 2
-    assert effective_grace(None, pod(spec_grace=0)) == 1
+    assert effective_grace(None, graced(), 0) == 1
+    assert effective_grace(None, graced(), 40) == 40
+    assert effective_grace(10, graced(deletionGracePeriodSeconds=20)) == 10
+    assert effective_grace(10, graced(), 40) == 10
+    assert effective_grace(10, graced(deletionGracePeriodSeconds=2)) == 2
+    assert effective_grace(None, graced(0)) == 1
 
 
 class SlowSyncer:
@@ -65,15 +66,15 @@ async def test_shorter_grace_cancels_the_termination_in_flight() -> None:
     s = SlowSyncer()
     s.pull.set()
     w = PodWorkers(s)
-    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod()))
+    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, graced()))
     await asyncio.wait_for(s.started.wait(), 5)
-    w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, pod(deletionTimestamp="t", deletionGracePeriodSeconds=30)))
+    w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, graced(deletionTimestamp="t", deletionGracePeriodSeconds=30)))
     await asyncio.sleep(0.1)
     assert s.graces == [30]
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     # force delete: the pod disappears from the API, the kubelet kills with the shortest grace
-    w.update_pod(UpdatePodOptions(SyncPodType.KILL, pod(deletionTimestamp="t", deletionGracePeriodSeconds=30),
+    w.update_pod(UpdatePodOptions(SyncPodType.KILL, graced(deletionTimestamp="t", deletionGracePeriodSeconds=30),
                                   kill_grace=0))
     await asyncio.wait_for(s.terminated.wait(), 5)
     assert s.graces == [30, 1]
@@ -84,9 +85,9 @@ async def test_shorter_grace_cancels_the_termination_in_flight() -> None:
 async def test_deletion_cancels_a_sync_in_flight() -> None:
     s = SlowSyncer()  # the pull never finishes
     w = PodWorkers(s)
-    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod()))
+    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, graced()))
     await asyncio.wait_for(s.started.wait(), 5)
-    w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, pod(deletionTimestamp="t", deletionGracePeriodSeconds=0)))
+    w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, graced(deletionTimestamp="t", deletionGracePeriodSeconds=0)))
     await asyncio.wait_for(s.terminated.wait(), 5)
     assert s.graces == [1] and s.syncs_finished == 0
     await w.stop()
@@ -96,11 +97,11 @@ async def test_same_grace_does_not_restart_the_termination() -> None:
     s = SlowSyncer()
     s.pull.set()
     w = PodWorkers(s)
-    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod(spec_grace=1)))
+    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, graced(1)))
     await asyncio.wait_for(s.started.wait(), 5)
-    w.update_pod(UpdatePodOptions(SyncPodType.KILL, pod(spec_grace=1)))
+    w.update_pod(UpdatePodOptions(SyncPodType.KILL, graced(1)))
     await asyncio.sleep(0.2)
-    w.update_pod(UpdatePodOptions(SyncPodType.KILL, pod(spec_grace=1)))
+    w.update_pod(UpdatePodOptions(SyncPodType.KILL, graced(1)))
     await asyncio.wait_for(s.terminated.wait(), 5)
     assert s.graces == [1]
     await w.stop()

@@ -11,11 +11,14 @@ from pykubelet.agent.podworkers import (
     SyncPodType,
     UpdatePodOptions,
 )
+from tests.builders import pod
 
 
-def pod(uid: str, gen: int = 0, **md: Any) -> dict[str, Any]:
-    return {"metadata": {"uid": uid, "name": uid, "namespace": "d", "generation": gen, **md},
-            "spec": {"terminationGracePeriodSeconds": 30}}
+def update(update_type: SyncPodType, name: str, generation: int = 0, *, kill_grace: int | None = None,
+           **metadata: Any) -> UpdatePodOptions:
+    """An update of pod ``name`` (uid ``uid-<name>``) at ``generation``, which the syncer records."""
+    return UpdatePodOptions(update_type, pod(name, metadata={"generation": generation, **metadata}),
+                            kill_grace=kill_grace)
 
 
 class Syncer:
@@ -58,6 +61,10 @@ class Syncer:
         self.calls.append(("terminated", pod["metadata"]["uid"], pod["metadata"]["generation"]))
         self.done.set()
 
+    def syncs_of(self, uid: str) -> list[int]:
+        """The generations ``sync_pod`` saw for this pod, in order."""
+        return [g for kind, u, g in self.calls if kind == "sync" and u == uid]
+
 
 async def until(pred: Any) -> None:
     async with asyncio.timeout(5):
@@ -65,38 +72,43 @@ async def until(pred: Any) -> None:
             await asyncio.sleep(0.005)
 
 
+def idle(w: PodWorkers, *uids: str) -> bool:
+    """No sync of these pods is running."""
+    return all((st := w.get(u)) is not None and not st.syncing for u in uids)
+
+
 async def test_serial_per_pod_parallel_across_pods_and_coalescing() -> None:
     s = Syncer()
     w = PodWorkers(s)
     s.gate.clear()
-    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod("a", 0)))
-    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod("b", 0)))
+    w.update_pod(update(SyncPodType.CREATE, "a", 0))
+    w.update_pod(update(SyncPodType.CREATE, "b", 0))
     await until(lambda: s.total_active == 2)
     for gen in range(1, 6):
-        w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, pod("a", gen)))
+        w.update_pod(update(SyncPodType.UPDATE, "a", gen))
     s.gate.set()
-    await until(lambda: ("sync", "a", 5) in s.calls)
-    await until(lambda: all(not w.get(u).syncing for u in "ab"))  # type: ignore[union-attr]
-    a_calls = [g for kind, u, g in s.calls if u == "a"]
+    await until(lambda: ("sync", "uid-a", 5) in s.calls)
+    await until(lambda: idle(w, "uid-a", "uid-b"))
+    a_calls = [g for kind, u, g in s.calls if u == "uid-a"]
     assert a_calls == [0, 5]  # intermediate updates coalesced, latest wins
-    assert s.max_active == {"a": 1, "b": 1}
+    assert s.max_active == {"uid-a": 1, "uid-b": 1}
     assert s.max_total == 2
     await w.stop()
 
 
 async def test_terminal_pod_goes_through_terminating_and_terminated() -> None:
     s = Syncer()
-    s.terminal.add("a")
+    s.terminal.add("uid-a")
     w = PodWorkers(s)
-    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod("a")))
+    w.update_pod(update(SyncPodType.CREATE, "a"))
     await asyncio.wait_for(s.done.wait(), 5)
     assert [k for k, _u, _g in s.calls] == ["sync", "terminating", "terminated"]
-    assert w.is_terminated("a")
-    w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, pod("a", 1)))  # ignored after termination
+    assert w.is_terminated("uid-a")
+    w.update_pod(update(SyncPodType.UPDATE, "a", 1))  # ignored after termination
     await asyncio.sleep(0.05)
     assert len(s.calls) == 3
-    w.forget("a")
-    assert w.get("a") is None
+    w.forget("uid-a")
+    assert w.get("uid-a") is None
     await w.stop()
 
 
@@ -104,11 +116,11 @@ async def test_deletion_uses_pod_grace_and_only_shrinks() -> None:
     s = Syncer()
     w = PodWorkers(s)
     s.gate.clear()
-    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod("a")))
+    w.update_pod(update(SyncPodType.CREATE, "a"))
     await until(lambda: s.total_active == 1)
-    w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, pod("a", 1, deletionTimestamp="t", deletionGracePeriodSeconds=20)))
-    w.update_pod(UpdatePodOptions(SyncPodType.KILL, pod("a", 2), kill_grace=40))
-    assert w.is_terminating("a")
+    w.update_pod(update(SyncPodType.UPDATE, "a", 1, deletionTimestamp="t", deletionGracePeriodSeconds=20))
+    w.update_pod(update(SyncPodType.KILL, "a", 2, kill_grace=40))
+    assert w.is_terminating("uid-a")
     s.gate.set()
     await asyncio.wait_for(s.done.wait(), 5)
     assert s.graces == [20]
@@ -119,21 +131,42 @@ async def test_deletion_uses_pod_grace_and_only_shrinks() -> None:
 
 async def test_failed_sync_is_retried() -> None:
     s = Syncer()
-    s.fail_once.add("a")
+    s.fail_once.add("uid-a")
     w = PodWorkers(s, max_retry_delay=0.05)
-    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod("a")))
-    await until(lambda: len(s.calls) >= 2)
+    w.update_pod(update(SyncPodType.CREATE, "a", 3))
+    await until(lambda: len(s.syncs_of("uid-a")) >= 2 and idle(w, "uid-a"))
+    # the failed sync was retried on its own, with the same pod, and the retry succeeded: the pod
+    # is still an ordinary running pod (a failure does not terminate it) and nothing else ran
+    assert s.syncs_of("uid-a") == [3, 3]
+    assert s.calls == [("sync", "uid-a", 3), ("sync", "uid-a", 3)]
+    assert not w.is_terminating("uid-a")
     await w.stop()
 
 
-async def test_requeue_after() -> None:
+async def test_requeue_after_syncs_that_pod_again() -> None:
     class Requeue(Syncer):
+        """Asks for a resync of pod a only (like a pod waiting out a back-off)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.update_types: dict[str, list[SyncPodType]] = {}
+
         async def sync_pod(self, update_type: str, pod: dict[str, Any], mirror_pod: Any) -> SyncPodResult:
             await super().sync_pod(update_type, pod, mirror_pod)
-            return SyncPodResult(requeue_after=0.01)
+            uid = pod["metadata"]["uid"]
+            self.update_types.setdefault(uid, []).append(SyncPodType(update_type))
+            return SyncPodResult(requeue_after=0.01 if uid == "uid-a" else None)
 
     s = Requeue()
     w = PodWorkers(s)
-    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, pod("a")))
-    await until(lambda: len(s.calls) >= 3)
+    w.update_pod(update(SyncPodType.CREATE, "a", 1))
+    w.update_pod(update(SyncPodType.CREATE, "b", 1))
+    await until(lambda: len(s.syncs_of("uid-a")) >= 3 and idle(w, "uid-b"))
+    # pod a was synced again and again, as periodic resyncs of the pod it had, with no new update
+    assert set(s.syncs_of("uid-a")) == {1}
+    types = s.update_types["uid-a"]
+    assert types[0] is SyncPodType.CREATE and set(types[1:]) == {SyncPodType.SYNC}
+    # pod b did not ask for it and was synced once
+    assert s.syncs_of("uid-b") == [1]
+    assert s.update_types["uid-b"] == [SyncPodType.CREATE]
     await w.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pykubelet.agent.cm.podcgroups import PodCgroupManager
+from tests.builders import pod
 
 
 def _tree(tmp_path: Path) -> Path:
@@ -13,16 +14,11 @@ def _tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _pod(uid: str) -> dict[str, object]:
-    return {"metadata": {"uid": uid, "name": uid, "namespace": "default"},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
-
-
 async def test_deleted_pod_leaves_no_cgroup_in_any_hierarchy(tmp_path: Path) -> None:
     mount = _tree(tmp_path)
     m = PodCgroupManager("/pk", mount=str(mount))
-    await m.ensure(_pod("u1"))
-    rel = m.pod_cgroup(_pod("u1")).strip("/")
+    await m.ensure(pod(uid="u1"))
+    rel = m.pod_cgroup(pod(uid="u1")).strip("/")
     assert (mount / "memory" / rel).is_dir()
     # the runtime (runc) creates the same path in the named and unified hierarchies too
     for h in ("systemd", "unified"):
