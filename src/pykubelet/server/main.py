@@ -100,7 +100,8 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
                      history: int = 10000, bookmark_interval: float = 60.0,
                      default_not_ready_toleration_seconds: int = 300,
                      default_unreachable_toleration_seconds: int = 300,
-                     encryption_provider_config: str | Path | None = None) -> AsyncIterator[ServerHandle]:
+                     encryption_provider_config: str | Path | None = None,
+                     min_request_timeout: int = 1800) -> AsyncIterator[ServerHandle]:
     """Run the API server in this event loop.  ``port=0`` picks a free port.
 
     ``controller_kwargs``: ``grace_period``, ``monitor_period``, ``eviction_timeout`` (node
@@ -128,7 +129,8 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
     registry.default_unreachable_toleration_seconds = default_unreachable_toleration_seconds
     registry.bootstrap()
     http = ApiHttp(registry, pki, tokens, authorizer, version_minor=version_minor,
-                   insecure_admin=insecure_port is not None, bookmark_interval=bookmark_interval)
+                   insecure_admin=insecure_port is not None, bookmark_interval=bookmark_interval,
+                   min_request_timeout=min_request_timeout)
     app = http.make_app()
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
@@ -199,6 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--encryption-provider-config", default=None, metavar="FILE",
                    help="EncryptionConfiguration (apiserver.config.k8s.io/v1) saying how to encrypt "
                         "resources at rest: providers aesgcm, secretbox, identity")
+    p.add_argument("--min-request-timeout", type=int, default=1800, metavar="SECONDS",
+                   help="a watch lasts a random time between this and twice this (upstream's flag)")
     p.add_argument("--no-controllers", action="store_true", help="run the API server only")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -217,7 +221,8 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
             "grace_period": args.node_monitor_grace_period,
             "monitor_period": args.node_monitor_period,
             "eviction_timeout": args.pod_eviction_timeout,
-            "retry_interval": args.scheduler_retry_interval,
+        "encryption_provider_config": args.encryption_provider_config,
+        "min_request_timeout": args.min_request_timeout,
         },
         "default_not_ready_toleration_seconds": args.default_not_ready_toleration_seconds,
         "default_unreachable_toleration_seconds": args.default_unreachable_toleration_seconds,
