@@ -221,12 +221,12 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
             "grace_period": args.node_monitor_grace_period,
             "monitor_period": args.node_monitor_period,
             "eviction_timeout": args.pod_eviction_timeout,
-        "encryption_provider_config": args.encryption_provider_config,
-        "min_request_timeout": args.min_request_timeout,
+            "retry_interval": args.scheduler_retry_interval,
         },
         "default_not_ready_toleration_seconds": args.default_not_ready_toleration_seconds,
         "default_unreachable_toleration_seconds": args.default_unreachable_toleration_seconds,
         "encryption_provider_config": args.encryption_provider_config,
+        "min_request_timeout": args.min_request_timeout,
     }
 
 
