@@ -99,15 +99,18 @@ async def test_get_nodes_and_pods_wide(kubectl: Kubectl, http: Http) -> None:
 
 
 async def test_get_pods_watch(kubectl: Kubectl, http: Http) -> None:
+    await kubectl.ok("create", "-f", "-", stdin=pod_yaml())
     proc = await kubectl.spawn("get", "pods", "-w", "--output-watch-events")
     try:
         assert proc.stdout is not None
-        # wait until the watch is established: first output line or the "No resources" message
-        await asyncio.sleep(0)
-        await kubectl.ok("create", "-f", "-", stdin=pod_yaml())
+        # the watch is established once kubectl printed the pod it listed first
+        seen: list[str] = []
+        while not any(line.startswith("ADDED") for line in seen):
+            line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+            assert line, "kubectl get -w ended before listing the pod"
+            seen.append(line)
         await kubectl.ok("label", "pod", "web", "tier=front")
         await kubectl.ok("delete", "pod", "web")
-        seen: list[str] = []
 
         async def read_until_deleted() -> None:
             assert proc.stdout is not None
