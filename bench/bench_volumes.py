@@ -131,10 +131,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if sock.exists():
                 break
             await asyncio.sleep(0.1)
-        # bench/common.Cluster predates `up` writing the encryption-at-rest config the server now expects
-        from pykubelet.server.encryption import ensure_default_config
-        from pykubelet.up.main import encryption_config_path
-        await asyncio.to_thread(ensure_default_config, encryption_config_path(tmp / "data"))
         await cluster.start()
         await create_objects(cluster, vol_names)
         await batch(cluster, [plain_pod(f"warm-{i}") for i in range(5)])  # warm-up (image, caches)

@@ -285,6 +285,10 @@ class Cluster:
             "--node-name", NODE_NAME, f"--agent-arg=--healthz-port={healthz}",
         ])
         data_dir = up.prepare_data_dir(str(self.data_dir))
+        if up.default_encryption(args):  # as `pykubelet up` does before starting the server
+            from pykubelet.server.encryption import ensure_default_config
+
+            await asyncio.to_thread(ensure_default_config, up.encryption_config_path(data_dir))
         self.url = up.server_url(args)
         logs = data_dir / "logs"
         logs.mkdir(exist_ok=True)
