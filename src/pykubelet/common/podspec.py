@@ -365,6 +365,14 @@ def _default_volume(v: dict[str, Any]) -> None:
     hp = v.get("hostPath")
     if isinstance(hp, dict):
         hp.setdefault("type", "")
+    # downwardAPI items (also inside a projected volume) default fieldRef.apiVersion to v1, as env does
+    dapis = [v.get("downwardAPI")] + [s.get("downwardAPI") for s in (v.get("projected") or {}).get("sources") or []
+                                      if isinstance(s, dict)]
+    for dapi in dapis:
+        for item in (dapi or {}).get("items") or [] if isinstance(dapi, dict) else []:
+            fr = item.get("fieldRef") if isinstance(item, dict) else None
+            if isinstance(fr, dict):
+                fr.setdefault("apiVersion", "v1")
 
 
 def _tolerates(tolerations: list[dict[str, Any]], key: str, effect: str) -> bool:

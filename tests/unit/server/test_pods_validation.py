@@ -196,3 +196,16 @@ def test_update_defaults_without_admission_keep_server_populated_fields() -> Non
     default_pod(put, admission=False, old=created)
     assert validate_pod(put, created) == []
     assert put["spec"]["nodeName"] == "n1" and put["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"
+
+
+def test_downward_api_volume_items_default_field_ref_api_version() -> None:
+    p = pod("dapi")
+    p["spec"]["volumes"] = [
+        {"name": "d", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+        {"name": "p", "projected": {"sources": [
+            {"downwardAPI": {"items": [{"path": "ns", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}},
+    ]
+    default_pod(p)
+    assert p["spec"]["volumes"][0]["downwardAPI"]["items"][0]["fieldRef"]["apiVersion"] == "v1"
+    projected = p["spec"]["volumes"][1]["projected"]["sources"][0]["downwardAPI"]["items"][0]
+    assert projected["fieldRef"]["apiVersion"] == "v1"
