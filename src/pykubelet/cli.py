@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("pykubelet.agent.main", "the node agent (kubelet)"),
     "images": ("pykubelet.up.images_cli", "build and import the offline images (images bootstrap)"),
     "fakecri": ("pykubelet.fakecri.main", "serve the in-memory fake CRI runtime on a unix socket"),
+    "hollow": ("pykubelet.up.hollow", "N hollow nodes (agents on fake runtimes) to scale-test a control plane"),
 }
 
 

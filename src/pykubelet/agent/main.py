@@ -84,11 +84,12 @@ def _stopper(name: str, stop: Callable[[], Awaitable[None]], timeout: float = 10
 
 
 async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
-                    install_signals: bool = True) -> int:
+                    install_signals: bool = True, runtime: CRIClient | None = None) -> int:
     """Run the agent until ``stop`` is set (or a signal arrives); returns the exit code.
 
     ``install_signals=False`` lets one process run several agents (hollow nodes) whose owner handles
-    SIGTERM/SIGINT itself and sets each ``stop``.
+    SIGTERM/SIGINT itself and sets each ``stop``; ``runtime`` is a CRI client built by such an owner
+    (hollow nodes hand in one bound to their in-process fake runtime). The agent closes it on exit.
 
     Every part is registered on an ``AsyncExitStack`` right after it started, so it is stopped in
     reverse order of starting whatever happens (normal stop, a failed start, cancellation).
@@ -105,8 +106,9 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
     else:
         log.info("no --kubeconfig: running standalone (static pods only, no node registration)")
 
-    runtime = CRIClient(options.container_runtime_endpoint, timeout=cfg.runtime_request_timeout,
-                        observer=metrics.cri_observer)
+    if runtime is None:
+        runtime = CRIClient(options.container_runtime_endpoint, timeout=cfg.runtime_request_timeout,
+                            observer=metrics.cri_observer)
     recorder = EventRecorder(api, component="kubelet", host=options.node_name)
     async with contextlib.AsyncExitStack() as stack:
         if install_signals:

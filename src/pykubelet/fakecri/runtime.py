@@ -11,8 +11,10 @@ containerd 1.6 does, so the agent cannot tell the difference for the parts it re
 * Names are reserved like containerd (``name_ns_uid_attempt`` for sandboxes,
   ``name_sandbox_ns_uid_attempt`` for containers): a duplicate create fails until removal.
 * Containers go CREATED → RUNNING → EXITED. Lifetime comes from the command line (see
-  behaviour.py). Time-based exits are evaluated lazily on every RPC from a small dict of
-  "pending" containers, so no timers/tasks exist per container and hundreds of pods stay cheap.
+  behaviour.py). Time-based exits are evaluated lazily on every RPC from a heap of planned exits
+  (O(1) when none is due), so no timers/tasks exist per container and thousands of pods stay cheap.
+  The ``PodSandbox``/``Container`` messages of List* answers are built once per state, not per call
+  (a node relists every sandbox and container every second).
   StopContainer kills immediately (exit 137, reason "Error"); a natural exit 0 has reason
   "Completed", non-zero "Error", as in containerd.
 * CreateContainer requires the image to be present (containerd does not pull implicitly).
@@ -33,6 +35,7 @@ containerd 1.6 does, so the agent cannot tell the difference for the parts it re
 from __future__ import annotations
 
 import hashlib
+import heapq
 import ipaddress
 import os
 import secrets
@@ -140,9 +143,13 @@ class FakeSandbox:
     reserved_name: str
     state: int = pb.SANDBOX_READY
     containers: set[str] = field(default_factory=set)
+    _pb: pb.PodSandbox | None = field(default=None, repr=False, compare=False)
 
     def to_pb(self) -> pb.PodSandbox:
-        return pb.PodSandbox(
+        """The list entry, cached until the state changes (callers copy it into their response)."""
+        if self._pb is not None and self._pb.state == self.state:
+            return self._pb
+        self._pb = pb.PodSandbox(
             id=self.id,
             metadata=self.config.metadata,
             state=self.state,  # type: ignore[arg-type]
@@ -151,6 +158,7 @@ class FakeSandbox:
             annotations=self.config.annotations,
             runtime_handler=self.runtime_handler,
         )
+        return self._pb
 
     def status_pb(self) -> pb.PodSandboxStatus:
         st = pb.PodSandboxStatus(
@@ -185,9 +193,13 @@ class FakeContainer:
     message: str = ""
     exit_due_ns: int | None = None
     resources: pb.LinuxContainerResources | None = None
+    _pb: pb.Container | None = field(default=None, repr=False, compare=False)
 
     def to_pb(self) -> pb.Container:
-        return pb.Container(
+        """The list entry, cached until the state changes (callers copy it into their response)."""
+        if self._pb is not None and self._pb.state == self.state:
+            return self._pb
+        self._pb = pb.Container(
             id=self.id,
             pod_sandbox_id=self.sandbox_id,
             metadata=self.config.metadata,
@@ -199,6 +211,7 @@ class FakeContainer:
             labels=self.config.labels,
             annotations=self.config.annotations,
         )
+        return self._pb
 
     def status_pb(self) -> pb.ContainerStatus:
         st = pb.ContainerStatus(
@@ -228,16 +241,23 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
     """State of the fake runtime plus both CRI servicers. All handlers run on the event loop, so
     mutations are atomic without locks."""
 
-    def __init__(self, *, images: tuple[str, ...] = DEFAULT_IMAGES, clock: Any = None) -> None:
+    def __init__(self, *, images: tuple[str, ...] = DEFAULT_IMAGES, clock: Any = None,
+                 pod_cidr: str | None = None) -> None:
+        """``pod_cidr`` (inside 198.18.0.0/15) is where sandbox IPs come from; one per runtime lets
+        many fake runtimes (hollow nodes) hand out distinct pod IPs, like one CNI range per node."""
         self.clock = clock or _now_ns
+        self.network = ipaddress.ip_network(pod_cidr) if pod_cidr else _POD_NETWORK
+        if not self.network.subnet_of(_POD_NETWORK):  # type: ignore[arg-type]
+            raise ValueError(f"fakecri: pod CIDR {pod_cidr} is not inside {_POD_NETWORK}")
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.containers: dict[str, FakeContainer] = {}
         self.images: dict[str, FakeImage] = {}  # by id
         self._image_refs: dict[str, str] = {}  # tag / digest → id
         self._names: dict[str, str] = {}  # reserved name → id
         self._pending: dict[str, FakeContainer] = {}  # running containers with a planned exit
+        self._exits: list[tuple[int, str]] = []  # heap of (exit_due_ns, container id); stale entries skipped
         self._free_ips: deque[str] = deque()
-        self._next_ip = int(_POD_NETWORK.network_address) + 2
+        self._next_ip = int(self.network.network_address) + 2  # .1 is the gateway, as with CNI
         self._used_ips: set[str] = set()
         self.runtime_ready = True
         self.network_ready = True
@@ -281,7 +301,7 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
             ip = self._free_ips.popleft()
         else:
             while True:
-                if self._next_ip >= int(_POD_NETWORK.broadcast_address):
+                if self._next_ip >= int(self.network.broadcast_address):
                     raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "fakecri: pod IP range exhausted")
                 candidate = ipaddress.ip_address(self._next_ip)
                 self._next_ip += 1
@@ -301,13 +321,15 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
         return secrets.token_hex(32)
 
     def _tick(self) -> None:
-        """Apply planned exits whose time has come (O(pending))."""
-        if not self._pending:
+        """Apply planned exits whose time has come (O(1) when none is due)."""
+        if not self._exits:
             return
         now = self.clock()
-        for c in list(self._pending.values()):
-            if c.exit_due_ns is not None and now >= c.exit_due_ns:
-                self._finish(c, c.behaviour.exit_code, at=c.exit_due_ns)
+        while self._exits and self._exits[0][0] <= now:
+            due, cid = heapq.heappop(self._exits)
+            c = self._pending.get(cid)
+            if c is not None and c.exit_due_ns == due:  # else stopped or removed meanwhile
+                self._finish(c, c.behaviour.exit_code, at=due)
 
     def _finish(self, c: FakeContainer, code: int, *, at: int | None = None, reason: str | None = None) -> None:
         self._pending.pop(c.id, None)
@@ -511,6 +533,7 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
                     self._finish(c, b.exit_code, at=now)
                 else:
                     self._pending[c.id] = c
+                    heapq.heappush(self._exits, (c.exit_due_ns, c.id))
             return pb.StartContainerResponse()
         return await self._run("StartContainer", context, do)
 

@@ -20,6 +20,12 @@ encrypted on their next write), and the server gets ``--encryption-provider-conf
 never replaced: it holds the key the existing data needs.  A ``--server-arg
 --encryption-provider-config=FILE`` of the user's own takes its place.
 
+``--hollow-nodes N`` adds N hollow nodes (:mod:`pykubelet.up.hollow`: real agents on in-memory fake
+runtimes, one supervised ``pykubelet hollow`` process, per-node kubeconfigs) to scale-test the control
+plane like kubemark. The real node runs next to them when it can (an existing CRI socket, or root and
+containerd for the private one); otherwise `up` says why and runs the control plane and the hollow
+nodes only, which needs neither root nor containerd.
+
 Component command lines are built by pure functions and can be overridden (``--server-command``,
 ``--agent-command``, hidden) so the orchestration is testable before/without the real components.
 """
@@ -39,6 +45,7 @@ import sys
 import time
 from pathlib import Path
 
+from pykubelet.up import hollow
 from pykubelet.up.containerd import DEFAULT_CGROUP_PARENT, PrivateContainerd, validate_pod_cidr
 from pykubelet.up.images import ImageError, bootstrap_images
 from pykubelet.up.supervisor import ComponentFailed, ComponentSpec, Supervisor
@@ -69,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cgroup-root", default=DEFAULT_CGROUP_PARENT, help="parent cgroup of all pods")
     p.add_argument("--server-arg", action="append", default=[], help="extra flag for the server (repeatable)")
     p.add_argument("--agent-arg", action="append", default=[], help="extra flag for the agent (repeatable)")
+    p.add_argument("--hollow-nodes", type=int, default=0, metavar="N",
+                   help="also run N hollow nodes (agents on fake runtimes) to scale-test the control plane")
+    p.add_argument("--hollow-arg", action="append", default=[], help="extra flag for `pykubelet hollow` (repeatable)")
     # For tests: replace a component's whole command line (shell-split).
     p.add_argument("--server-command", default=None, help=argparse.SUPPRESS)
     p.add_argument("--agent-command", default=None, help=argparse.SUPPRESS)
@@ -218,10 +228,13 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
     sup: Supervisor | None = None
     rc = 0
     try:
+        why_no_real_node = hollow.real_node_unavailable(args.container_runtime_endpoint) if args.hollow_nodes else None
+        if why_no_real_node:
+            _progress(f"no real node ({why_no_real_node}): control plane and {args.hollow_nodes} hollow nodes only")
         endpoint = external_endpoint(args.container_runtime_endpoint)
-        if args.container_runtime_endpoint and endpoint is None:
+        if args.container_runtime_endpoint and endpoint is None and not why_no_real_node:
             _progress(f"{args.container_runtime_endpoint} is not a socket; starting a private containerd")
-        if endpoint is None:
+        if endpoint is None and not why_no_real_node:
             cd = PrivateContainerd(
                 data_dir / "containerd",
                 pod_cidr=args.pod_cidr,
@@ -232,14 +245,15 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
             cd.cleanup()  # leftovers of a run that was killed
             await cd.start()
             endpoint = cd.endpoint
-        _progress("bootstrapping offline images (busybox, pause)")
-        try:
-            imported = await bootstrap_images(endpoint.removeprefix("unix://"), log=_progress)
-            _progress(f"images ready ({len(imported)} imported)")
-        except ImageError as e:
-            if cd is not None:
-                raise
-            _progress(f"warning: could not import images into {endpoint}: {e}")
+        if endpoint is not None:
+            _progress("bootstrapping offline images (busybox, pause)")
+            try:
+                imported = await bootstrap_images(endpoint.removeprefix("unix://"), log=_progress)
+                _progress(f"images ready ({len(imported)} imported)")
+            except ImageError as e:
+                if cd is not None:
+                    raise
+                _progress(f"warning: could not import images into {endpoint}: {e}")
 
         if default_encryption(args):
             from pykubelet.server.encryption import ensure_default_config
@@ -256,8 +270,14 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
         logs = data_dir / "logs"
         specs = [
             ComponentSpec("server", server_argv(args, data_dir), log_path=logs / "server.log", ready=server_ready),
-            ComponentSpec("agent", agent_argv(args, data_dir, node_name, endpoint), log_path=logs / "agent.log"),
         ]
+        if endpoint is not None:
+            specs.append(ComponentSpec("agent", agent_argv(args, data_dir, node_name, endpoint),
+                                       log_path=logs / "agent.log"))
+        if args.hollow_nodes:
+            specs.append(ComponentSpec("hollow", hollow.up_argv(data_dir, args.hollow_nodes, node_ip=args.node_ip,
+                                                                extra=args.hollow_arg),
+                                       log_path=logs / "hollow.log", stop_grace=60.0))
         if cd is not None and cd.process is not None:  # restarted like the others if it dies
             specs.insert(0, cd.supervised_spec())
         sup = Supervisor(specs, log=_progress)
@@ -265,10 +285,16 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
             sup["containerd"].adopt(cd.process)
         _progress(f"starting the control plane on {url} (log {logs / 'server.log'})")
         await sup["server"].start()
-        if not args.agent_command:
-            await asyncio.to_thread(ensure_node_kubeconfig, data_dir, node_name, url)
-        _progress(f"starting the agent for node {node_name} (log {logs / 'agent.log'})")
-        await sup["agent"].start()
+        if endpoint is not None:
+            if not args.agent_command:
+                await asyncio.to_thread(ensure_node_kubeconfig, data_dir, node_name, url)
+            _progress(f"starting the agent for node {node_name} (log {logs / 'agent.log'})")
+            await sup["agent"].start()
+        if args.hollow_nodes:
+            names = hollow.up_node_names(args.hollow_arg, args.hollow_nodes)
+            await asyncio.to_thread(lambda: [ensure_node_kubeconfig(data_dir, n, url) for n in names])
+            _progress(f"starting {len(names)} hollow nodes {names[0]} … {names[-1]} (log {logs / 'hollow.log'})")
+            await sup["hollow"].start()
         _progress("cluster is up; Ctrl-C to stop")
         print(f"export KUBECONFIG={admin}", flush=True)
         await stop.wait()
@@ -308,7 +334,7 @@ async def _shutdown(sup: Supervisor | None, cd: PrivateContainerd | None, rc: in
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if os.geteuid() != 0 and not args.container_runtime_endpoint:
+    if os.geteuid() != 0 and not args.container_runtime_endpoint and not args.hollow_nodes:
         print("pykubelet up: a private containerd needs root (or pass --container-runtime-endpoint)", file=sys.stderr)
         return 1
     try:

@@ -1,0 +1,116 @@
+"""`pykubelet hollow` against the dev control plane: hollow nodes register, turn Ready and run pods
+that the scheduler places on them (the kubemark use: scale-testing a control plane without containers).
+
+The control plane runs in-process (scheduler and node lifecycle controller on); `pykubelet hollow` is
+the real command in a child process, stopped by PID with SIGTERM (SIGKILL if it hangs) whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pykubelet.common.apiclient import ApiClient
+from pykubelet.server.main import run_server
+from tests.builders import container, pod
+
+SRC = Path(__file__).resolve().parents[3] / "src"
+NODES = ("hollow-0", "hollow-1", "hollow-2")
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], limit: float = 60.0) -> None:
+    """Poll ``check`` until true; ``limit`` only bounds a hang, it is not a timing assertion."""
+    async with asyncio.timeout(limit):
+        while True:
+            if await check():
+                return
+            await asyncio.sleep(0.2)
+
+
+@contextlib.asynccontextmanager
+async def hollow_process(*args: str, log: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    with open(log, "wb") as out:  # noqa: ASYNC230 - opening a local log file
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "pykubelet", "hollow", *args, stdout=out, stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(SRC)}, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[tuple[ApiClient, Path]]:
+    async with run_server(tmp_path / "cp", port=0, controllers=True) as srv:
+        api = ApiClient(srv.url, token=srv.admin_token, ca_file=str(srv.ca_file))
+        try:
+            yield api, srv.kubeconfig
+        finally:
+            await api.close()
+
+
+def _log(path: Path) -> str:
+    return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or [])
+
+
+@pytest.mark.parametrize("cri", ["inprocess", "grpc"])
+async def test_hollow_nodes_register_ready_and_run_pods_the_scheduler_places(
+        cluster: tuple[ApiClient, Path], tmp_path: Path, cri: str) -> None:
+    api, kubeconfig = cluster
+    log = tmp_path / "hollow.log"
+    async with hollow_process("--kubeconfig", str(kubeconfig), "--nodes", "3", "--data-dir", str(tmp_path / "hollow"),
+                              "--cri", cri, "-v", "1", log=log) as proc:
+        async def nodes_ready() -> bool:
+            assert proc.returncode is None, _log(log)
+            items = (await api.list("/api/v1/nodes")).get("items", [])
+            return sorted(n["metadata"]["name"] for n in items if _ready(n)) == list(NODES)
+
+        await eventually(nodes_ready)
+        nodes = {n["metadata"]["name"]: n for n in (await api.list("/api/v1/nodes"))["items"]}
+        for name in NODES:
+            assert nodes[name]["metadata"]["labels"]["pykubelet.io/hollow"] == "true"
+            assert nodes[name]["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("fakecri://")
+        cidrs = {name: nodes[name]["spec"]["podCIDR"] for name in NODES}
+        assert len(set(cidrs.values())) == 3  # one pod range per node
+
+        # One pod per node, placed by the scheduler (no nodeName; a nodeSelector names the node).
+        for name in NODES:
+            p = pod(f"on-{name}", uid="", containers=[container("c", "busybox:1.36", command=["sleep", "3600"])],
+                    nodeSelector={"kubernetes.io/hostname": name})
+            await api.create("/api/v1/namespaces/default/pods", p)
+
+        async def pods_running() -> bool:
+            assert proc.returncode is None, _log(log)
+            items = (await api.list("/api/v1/namespaces/default/pods")).get("items", [])
+            return len(items) == 3 and all((p.get("status") or {}).get("phase") == "Running" for p in items)
+
+        await eventually(pods_running)
+        for name in NODES:
+            got = await api.get(f"/api/v1/namespaces/default/pods/on-{name}")
+            assert got["spec"]["nodeName"] == name
+            assert ipaddress.ip_address(got["status"]["podIP"]) in ipaddress.ip_network(cidrs[name])
+            assert got["status"]["containerStatuses"][0]["containerID"].startswith("fakecri://")
+
+    assert proc.returncode == 0, _log(log)  # SIGTERM: a clean stop
+    # Like stopped kubelets, the nodes stay registered (the node lifecycle controller marks them later).
+    assert len((await api.list("/api/v1/nodes"))["items"]) == 3
