@@ -66,8 +66,11 @@ from pykubelet.agent.volumemanager import Mounter, VolumeManager
 from pykubelet.common import podutil
 from pykubelet.common.aio import cancel_and_wait, run_every
 from pykubelet.common.apiclient import ApiClient, ApiError
+from pykubelet.cri import CRIError
 
 log = logging.getLogger(__name__)
+
+RUNTIME_CHECK_PERIOD = 5.0  # upstream checks the runtime's status every 5 s
 
 
 class Kubelet:
@@ -146,6 +149,7 @@ class Kubelet:
         self._required_sources = {s for s, on in (("api", api is not None), ("file", bool(cfg.static_pod_path))) if on}
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
+        self._runtime_ready = asyncio.Event()
         self._loop_active = time.monotonic()
         metrics.NODE_NAME.labels(self.node_name).set(1)
 
@@ -172,7 +176,9 @@ class Kubelet:
         self.pleg.start()
         self.status_manager.start()
         self.log_manager.start()
+        await self._update_runtime_state()
         self._tasks = [
+            run_every(self._update_runtime_state, RUNTIME_CHECK_PERIOD, name="kubelet-runtime-state", log=log),
             asyncio.get_running_loop().create_task(self._sync_loop(), name="kubelet-sync-loop"),
             run_every(self._housekeeping, self.housekeeping_period, name="kubelet-housekeeping", log=log),
             run_every(self._resync, lambda: max(1.0, self.config.sync_frequency), name="kubelet-resync", log=log),
@@ -219,7 +225,25 @@ class Kubelet:
         while True:
             update = await self.updates.get()
             self._loop_active = time.monotonic()
+            if not self._runtime_ready.is_set():
+                # upstream syncLoop: "skipping pod synchronization" while the runtime is down, so the
+                # node controller's Ready=False on our pods is not overwritten with a stale Ready=True
+                log.info("container runtime is down: holding pod updates until it is back")
+                await self._runtime_ready.wait()
             self.handle_update(update)
+
+    async def _update_runtime_state(self) -> None:
+        """Upstream updateRuntimeUp: the runtime is up when CRI Status says RuntimeReady."""
+        try:
+            resp = await self.runtime.status()
+            ready = any(c.type == "RuntimeReady" and c.status for c in resp.status.conditions)
+        except CRIError as e:
+            log.warning("container runtime status: %s", e)
+            ready = False
+        if ready:
+            self._runtime_ready.set()
+        else:
+            self._runtime_ready.clear()
 
     def handle_update(self, update: PodUpdate) -> None:
         for pod in update.pods:

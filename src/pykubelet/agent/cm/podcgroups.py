@@ -53,6 +53,7 @@ class PodCgroupManager:
         self.root = "/" + (cgroup_root or "/pykubelet").strip("/")
         self.mount = Path(mount)
         self.enabled = enabled and self._usable()
+        self._ensured: set[str] = set()
 
     def _usable(self) -> bool:
         if str(self.mount) == "/sys/fs/cgroup" and os.geteuid() != 0:
@@ -160,16 +161,24 @@ class PodCgroupManager:
         out: set[str] = set()
         for hierarchy in self._hierarchies():
             for q in ("Guaranteed", "Burstable", "BestEffort"):
-                d = hierarchy / self.qos_parent(q).strip("/")
-                if d.is_dir():
-                    out.update(p.name[3:] for p in d.iterdir() if p.is_dir() and p.name.startswith("pod"))
+                try:
+                    with os.scandir(hierarchy / self.qos_parent(q).strip("/")) as entries:
+                        # d_type from the directory listing: no stat per pod (this runs every 2 s)
+                        out.update(e.name[3:] for e in entries if e.name.startswith("pod") and e.is_dir())
+                except OSError:
+                    continue
         return out
 
     async def ensure(self, pod: dict[str, Any]) -> None:
-        if self.enabled:
+        """Create the pod cgroup and set its limits, once per pod (every sync calls this; the limits
+        follow the spec, which cannot change resources without a new pod)."""
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        if self.enabled and uid not in self._ensured:
             await asyncio.to_thread(self._ensure_sync, pod)
+            self._ensured.add(uid)
 
     async def destroy(self, uid: str) -> None:
+        self._ensured.discard(uid)
         if self.enabled:
             await asyncio.to_thread(self._destroy_sync, uid)
 

@@ -12,7 +12,8 @@ Upstream reflector behaviour followed:
   last resourceVersion seen (including BOOKMARK events), so nothing is missed and nothing relisted;
 - 410 Gone/Expired (the resourceVersion is too old) → full relist; pods that vanished while we were
   away disappear from the store, so PodConfig emits REMOVE for them;
-- errors back off exponentially (0.8 s doubling to 30 s) and are logged, never raised;
+- errors back off exponentially (0.8 s doubling to 30 s, starting over after 2 minutes without a
+  failure) and are logged, never raised;
 - mirror pods (annotation ``kubernetes.io/config.mirror``) are not sent: the kubelet runs the static
   pod from the file source, the mirror is only its reflection in the API;
 - optional ``resync_period`` forces a relist periodically (upstream kubelet uses 0 = never; it is
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 
 Pod = dict[str, Any]
 SOURCE = API_SOURCE
+BACKOFF_RESET = 120.0  # seconds without a failure after which the back-off starts over
 
 
 class ApiServerSource:
@@ -128,6 +130,7 @@ class ApiServerSource:
     async def run(self) -> None:
         initial = min(0.8, self.backoff_max)
         backoff = initial
+        last_failure = float("-inf")
         next_resync: float | None = None
         while True:
             try:
@@ -143,13 +146,22 @@ class ApiServerSource:
                     log.info("pod watch expired (%s); relisting", e.message)
                     self.resource_version = None
                     continue
+                backoff, last_failure = self._backoff(backoff, initial, last_failure)
                 log.warning("pod list/watch for node %s failed: %s; retrying in %.1fs", self.node_name, e, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.backoff_max)
             except Exception as e:
+                backoff, last_failure = self._backoff(backoff, initial, last_failure)
                 log.warning("pod list/watch for node %s failed: %r; retrying in %.1fs", self.node_name, e, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.backoff_max)
+
+    @staticmethod
+    def _backoff(current: float, initial: float, last_failure: float) -> tuple[float, float]:
+        """Upstream's reflector back-off manager: after 2 minutes without a failure, start over from
+        the initial delay (a server restarted now and then must not leave a 30 s back-off behind)."""
+        now = time.monotonic()
+        return (initial if now - last_failure > BACKOFF_RESET else current), now
 
     def start(self) -> None:
         if self._task is None:

@@ -5,8 +5,9 @@
 - a background loop syncs pods whose cached version is newer than the last written one (woken at
   once). What the API holds is known from the agent's own pod watch — ``reconcile(pod)`` (RECONCILE
   updates: only the API status changed, e.g. the node-lifecycle controller marked the pod not ready)
-  and the answer to each PATCH —, so the periodic check every ``reconcile_period`` is upstream's
-  ``needsReconcile``: a comparison in memory, never a GET of every pod.
+  and the answer to each PATCH —, so a pod is rewritten when the watch shows a status that differs
+  from ours (upstream's ``needsReconcile``), never after a periodic GET of every pod; every
+  ``reconcile_period`` the loop only retries the writes that failed (e.g. while the API was down).
 - writing: GET the pod, skip it if the uid changed (recreated pod) — for static pods the mirror pod
   is addressed by name and must carry our config hash —, merge in conditions owned by others, never
   move a terminal phase back, then PATCH ``pods/<name>/status`` (merge patch carrying
@@ -164,9 +165,7 @@ class StatusManager:
                 async with asyncio.timeout(self.reconcile_period):
                     await self._wake.wait()
             except TimeoutError:
-                for e in self._entries.values():
-                    if self._needs_reconcile(e):  # in memory: no request unless something differs
-                        e.synced = 0
+                pass  # retry what failed to write; what the API holds is compared in reconcile()
             self._wake.clear()
             await self.sync_all()
 

@@ -323,21 +323,27 @@ class VolumeManager:
             return uid not in ctx.known and self._touched.get(uid, 0.0) < ctx.listed_at
 
         candidates = {u for u in (*self._actual, *self._desired) if stale(u)}
-        candidates |= {u for u in await asyncio.to_thread(self._uids_on_disk) if stale(u)}
+        candidates |= {u for u in await asyncio.to_thread(self._uids_on_disk, ctx.known) if stale(u)}
         candidates |= self._teardown_pending
         for uid in sorted(candidates):
             log.info("removing the volumes of pod %s (no longer on this node)", uid)
             await self.release_pod(uid)
 
-    def _uids_on_disk(self) -> set[str]:
-        """Pods with anything under ``volumes/`` or any mount below their directory."""
+    def _uids_on_disk(self, known: frozenset[str]) -> set[str]:
+        """Pods the node does not know with anything under ``volumes/`` or any mount below their
+        directory. Known pods are skipped without a syscall, and mountinfo is read only when an
+        unknown pod directory exists (a mount needs a directory): the usual pass is one scandir."""
         out: set[str] = set()
-        if not self.pods_dir.is_dir():
+        try:
+            unknown = [e.name for e in os.scandir(self.pods_dir) if e.name not in known and e.is_dir()]
+        except OSError:
             return out
-        for d in self.pods_dir.iterdir():
-            v = d / "volumes"
+        if not unknown:
+            return out
+        for name in unknown:
+            v = self.pods_dir / name / "volumes"
             if v.is_dir() and any(v.iterdir()):
-                out.add(d.name)
+                out.add(name)
         base = os.path.realpath(self.pods_dir)
         for m in mounts_under(self.mounter.mount_points(), base):
             rel = os.path.relpath(m.path, base).split(os.sep)
