@@ -28,6 +28,7 @@ from pathlib import Path
 
 from pykubelet.agent.interfaces import HousekeepingContext, HousekeepingStep
 from pykubelet.agent.kuberuntime.manager import RuntimeManager
+from pykubelet.agent.logs import cleanup_symlinks
 from pykubelet.agent.pleg import PodStatusCache
 from pykubelet.agent.podmanager import PodManager
 from pykubelet.agent.podworkers import PodWorkers, PodWorkerState, SyncPodType, UpdatePodOptions
@@ -165,3 +166,19 @@ def remove_pod_log_dirs(pod_logs_dir: Path, known: frozenset[str]) -> None:
         if d.name.count("_") < 2 or uid in known or not d.is_dir() or d.is_symlink():
             continue
         shutil.rmtree(d, ignore_errors=True)
+
+
+def directory_step(remove: Callable[[Path, frozenset[str]], None], base: Path) -> HousekeepingStep:
+    """A step that removes the per-pod directories under ``base`` of pods outside ``ctx.known``."""
+    async def step(ctx: HousekeepingContext) -> None:
+        await asyncio.to_thread(remove, base, ctx.known)
+    return step
+
+
+def log_links_step(containers_log_dir: str) -> HousekeepingStep:
+    """Legacy ``/var/log/containers`` links of containers the runtime no longer has (upstream
+    container GC)."""
+    async def step(ctx: HousekeepingContext) -> None:
+        await asyncio.to_thread(cleanup_symlinks, containers_log_dir, set(ctx.runtime_container_ids),
+                                created_before=ctx.listed_at - 1.0)  # file times use a coarse clock
+    return step

@@ -40,7 +40,13 @@ from pykubelet.agent import metrics
 from pykubelet.agent.admission import AdmissionChain, MaxPodsAdmitHandler, ValidPodAdmitHandler
 from pykubelet.agent.cm.podcgroups import PodCgroupManager
 from pykubelet.agent.config import AgentOptions
-from pykubelet.agent.housekeeping import Housekeeping, remove_pod_dirs, remove_pod_log_dirs
+from pykubelet.agent.housekeeping import (
+    Housekeeping,
+    directory_step,
+    log_links_step,
+    remove_pod_dirs,
+    remove_pod_log_dirs,
+)
 from pykubelet.agent.images.manager import ImageManager
 from pykubelet.agent.interfaces import (
     ContainerRuntime,
@@ -52,7 +58,7 @@ from pykubelet.agent.interfaces import (
 )
 from pykubelet.agent.kuberuntime.manager import RuntimeManager
 from pykubelet.agent.lifecycle.handlers import HandlerRunner
-from pykubelet.agent.logs import ContainerLogManager, cleanup_symlinks
+from pykubelet.agent.logs import ContainerLogManager
 from pykubelet.agent.pleg import GenericPLEG, PodLifecycleEvent, PodStatusCache, is_sync_pod_worthy
 from pykubelet.agent.podmanager import PodManager, pod_uid
 from pykubelet.agent.podsyncer import PodDirectories, PodSyncer
@@ -138,11 +144,12 @@ class Kubelet:
                                          runtime=self.runtime_manager, cache=self.cache,
                                          on_pod_forgotten=[self.status_manager.forget, self.syncer.forget])
         self.housekeeping.add_step("probe workers", self._cleanup_probes)
-        self.housekeeping.add_step("pod cgroups", self._cleanup_cgroups)
+        self.housekeeping.add_step("pod cgroups", self.cgroups.cleanup)
         self.housekeeping.add_step("pod volumes", self.volume_manager.cleanup)  # before the pod directories
-        self.housekeeping.add_step("pod directories", self._cleanup_pod_dirs)
-        self.housekeeping.add_step("pod log directories", self._cleanup_pod_logs)
-        self.housekeeping.add_step("container log links", self._cleanup_log_links)
+        self.housekeeping.add_step("pod directories", directory_step(remove_pod_dirs, self.root_dir / "pods"))
+        self.housekeeping.add_step("pod log directories",
+                                   directory_step(remove_pod_log_dirs, Path(cfg.pod_logs_dir)))
+        self.housekeeping.add_step("container log links", log_links_step(self.runtime_manager.containers_log_dir))
         self.housekeeping.add_step("back-off entries", self._gc_backoff)
         self.housekeeping_period = housekeeping_period
         self._sources_ready: set[str] = set()
@@ -354,23 +361,6 @@ class Kubelet:
 
     async def _cleanup_probes(self, ctx: HousekeepingContext) -> None:
         self.probes.cleanup_pods(u for u in ctx.desired if not self.pod_workers.is_terminated(u))
-
-    async def _cleanup_cgroups(self, ctx: HousekeepingContext) -> None:
-        for uid in await self.cgroups.list_pod_uids():
-            if uid not in ctx.known:
-                await self.cgroups.destroy(uid)
-
-    async def _cleanup_pod_dirs(self, ctx: HousekeepingContext) -> None:
-        await asyncio.to_thread(remove_pod_dirs, self.root_dir / "pods", ctx.known)
-
-    async def _cleanup_pod_logs(self, ctx: HousekeepingContext) -> None:
-        await asyncio.to_thread(remove_pod_log_dirs, Path(self.config.pod_logs_dir), ctx.known)
-
-    async def _cleanup_log_links(self, ctx: HousekeepingContext) -> None:
-        """Legacy log symlinks of containers the runtime no longer has (upstream container GC)."""
-        await asyncio.to_thread(cleanup_symlinks, self.runtime_manager.containers_log_dir,
-                                set(ctx.runtime_container_ids),
-                                created_before=ctx.listed_at - 1.0)  # file times use a coarse clock
 
     async def _gc_backoff(self, ctx: HousekeepingContext) -> None:
         self.runtime_manager.backoff.gc()

@@ -25,6 +25,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from pykubelet.agent.interfaces import HousekeepingContext
 from pykubelet.common import podutil
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,12 @@ class PodCgroupManager:
         self._ensured.discard(uid)
         if self.enabled:
             await asyncio.to_thread(self._destroy_sync, uid)
+
+    async def cleanup(self, ctx: HousekeepingContext) -> None:
+        """Housekeeping step: remove the cgroups of pods the node no longer knows (orphans)."""
+        for uid in await self.list_pod_uids():
+            if uid not in ctx.known:
+                await self.destroy(uid)
 
     async def list_pod_uids(self) -> set[str]:
         if not self.enabled:
