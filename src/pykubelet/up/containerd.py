@@ -41,7 +41,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pykubelet.up.images import PAUSE_IMAGE
@@ -389,6 +389,7 @@ class PrivateContainerd:
         cgroup_parent: str = DEFAULT_CGROUP_PARENT,
         log: Log | None = None,
         containerd_bin: str = "containerd",
+        also_unmount: Sequence[Path] = (),
     ) -> None:
         validate_pod_cidr(pod_cidr)
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", bridge):
@@ -400,6 +401,9 @@ class PrivateContainerd:
         self.network_name = f"pykubelet-{bridge}"
         self.log: Log = log or _noop
         self.containerd_bin = containerd_bin
+        # mounts of the stack's pods outside containerd's dirs (the agent's volumes: tmpfs for
+        # secrets, memory emptyDirs) go in cleanup() too, with the containers that used them
+        self.also_unmount = [Path(p).absolute() for p in also_unmount]
         self.root = self.data_dir / "root"
         self.state = self.data_dir / "state"
         self.config_path = self.data_dir / "config.toml"
@@ -669,8 +673,8 @@ class PrivateContainerd:
             problems += [f"cgroup {d}" for d in remove_cgroup_tree(self.cgroup_parent)]
         except ValueError as e:
             problems.append(str(e))
-        # 4. mounts under root/state (overlay rootfs, netns, shm).
-        prefixes = [self.root, self.state]
+        # 4. mounts under root/state (overlay rootfs, netns, shm) and the pods' volumes.
+        prefixes = [self.root, self.state, *self.also_unmount]
         for _attempt in range(5):
             points = mounts_under(parse_mountinfo(_read(Path("/proc/self/mountinfo"))), prefixes)
             if not points:

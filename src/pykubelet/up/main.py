@@ -241,6 +241,7 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
                 bridge=args.bridge,
                 cgroup_parent=args.cgroup_root,
                 log=_progress,
+                also_unmount=[data_dir / "agent" / "pods"],  # the agent's --root-dir: pod volumes
             )
             cd.cleanup()  # leftovers of a run that was killed
             await cd.start()

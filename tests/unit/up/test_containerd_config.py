@@ -132,3 +132,14 @@ def test_orphan_dn_chain_found_by_destination_in_our_cidr() -> None:
 
 def test_nothing_to_do_on_a_clean_host() -> None:
     assert nat_rules_to_delete(["-P PREROUTING ACCEPT"], "mine", "198.18.5.0/24") == ([], [])
+
+
+def test_cleanup_also_unmounts_the_pods_volumes(tmp_path: Path) -> None:
+    from pykubelet.up.containerd import PrivateContainerd, mounts_under
+
+    cd = PrivateContainerd(tmp_path / "containerd", also_unmount=[tmp_path / "agent" / "pods"])
+    points = [str(tmp_path / "agent/pods/u1/volumes/kubernetes.io~secret/s"), "/other/mount",
+              str(cd.root / "io.containerd.runtime.v2.task/k8s.io/x/rootfs")]
+    found = mounts_under(points, [cd.root, cd.state, *cd.also_unmount])
+    assert str(tmp_path / "agent/pods/u1/volumes/kubernetes.io~secret/s") in found
+    assert "/other/mount" not in found
