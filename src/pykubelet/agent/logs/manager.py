@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pykubelet.common.aio import cancel_and_wait
+from pykubelet.common.aio import cancel_and_wait, run_every
 from pykubelet.common.quantity import parse_quantity
 from pykubelet.cri import CRIError, pb
 
@@ -170,22 +170,12 @@ class ContainerLogManager:
     def start(self) -> None:
         if not self.enabled or self._task is not None:
             return
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="container-log-manager")
+        self._task = run_every(self.rotate_logs, self.interval, name="container-log-manager", log=log)
 
     async def stop(self) -> None:
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.rotate_logs()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.warning("container log rotation: %s", e)
 
     async def rotate_logs(self) -> None:
         """One pass over the running containers (upstream rotateLogs)."""

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from pykubelet.common.aio import cancel_and_wait
+from pykubelet.common.aio import cancel_and_wait, run_every
 from pykubelet.common.labels import CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE_SOURCE
 from pykubelet.common.podspec import default_pod, validate_pod
 
@@ -196,19 +196,9 @@ class FileSource:
         pods = await asyncio.to_thread(self.scan)
         self.config.set(SOURCE, pods)
 
-    async def run(self) -> None:
-        while True:
-            try:
-                await self.sync_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("static pod scan of %s failed", self.path)
-            await asyncio.sleep(self.interval)
-
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(self.run(), name="static-pod-source")
+            self._task = run_every(self.sync_once, self.interval, name="static-pod-source", log=log, first_delay=0)
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
