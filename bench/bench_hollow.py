@@ -1,0 +1,218 @@
+"""Scale benchmark 4: 100 hollow nodes x 30 pods through the scheduler → all Running.
+
+The control plane's scale test, as upstream's kubemark does it: ``pykubelet server`` (API server,
+scheduler, node lifecycle controller) as one process and ``pykubelet hollow --nodes N`` (N real agents
+on in-memory fake runtimes, one process) as another, both with the command lines the project ships.
+
+1. **baseline, same run — the API floor**: the three writes every pod needs from the control plane
+   and its node, done by one client with 32 requests in flight, for the same number of pods in a
+   namespace of their own: create the pod (with a scheduler name nobody serves), bind it
+   (``pods/binding``), write its status as Running (``pods/status`` PATCH). Everything the real
+   path adds on top (scheduler decisions, watches to 100 agents, sandbox/container calls, several
+   status writes per pod, events) shows in the ratio. The floor pods are deleted before the nodes start.
+2. ``--nodes`` hollow nodes started; time until all are Ready (information).
+3. **the run**: ``--nodes x --pods-per-node`` benchmark pods created at once (no ``nodeName``); time
+   from the first POST until every pod was seen Running (all containers running) through one watch.
+   Goal: ≤ 60 s for 100 x 30. Server and hollow-process CPU (% of one core) and max RSS over the
+   run; how evenly the scheduler spread the pods (min/max per node).
+4. **steady state**: ``--hold`` seconds (default 30) with all pods running: server and hollow CPU/RSS.
+
+Usage: ``.venv/bin/python bench/bench_hollow.py [--nodes 100] [--pods-per-node 30] [--hold 30]
+[--json out.json]``; ``--nodes 10 --pods-per-node 5 --hold 5`` is a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import NAMESPACE, log, pod_manifest, pod_running, save_json
+from scale_common import (
+    ControlPlane,
+    Sampler,
+    list_rv,
+    spawn,
+    stop_process,
+    watch_until,
+)
+
+TARGET_RUNNING_S = 60.0
+FLOOR_NS = "pkbench-floor"
+CONCURRENCY = 32
+
+
+async def gather_limited(n: int, fn: Any) -> None:
+    sem = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(i: int) -> None:
+        async with sem:
+            await fn(i)
+
+    await asyncio.gather(*(one(i) for i in range(n)))
+
+
+async def api_floor(cp: ControlPlane, n: int) -> float:
+    """Create + bind + status-Running for ``n`` pods from one client; seconds."""
+    api = cp.api
+    assert api is not None
+    await api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": FLOOR_NS}})
+    path = f"/api/v1/namespaces/{FLOOR_NS}/pods"
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+    async def one(i: int) -> None:
+        name = f"floor-{i:05d}"
+        pod = pod_manifest(name, namespace=FLOOR_NS)
+        pod["spec"]["schedulerName"] = "pkbench-nobody"
+        await api.create(path, pod)
+        await api.create(f"{path}/{name}/binding", {
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "pkbench-floor-node"}})
+        await api.patch(f"{path}/{name}/status", {"status": {
+            "phase": "Running", "podIP": "198.18.255.1", "startTime": now,
+            "conditions": [{"type": t, "status": "True", "lastTransitionTime": now}
+                           for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
+            "containerStatuses": [{"name": "sleep", "ready": True, "restartCount": 0, "image": "busybox:1.36",
+                                   "imageID": "", "state": {"running": {"startedAt": now}}}]}})
+
+    t0 = time.monotonic()
+    await gather_limited(n, one)
+    took = time.monotonic() - t0
+
+    async def delete(i: int) -> None:
+        await api.delete(f"{path}/floor-{i:05d}", body={"gracePeriodSeconds": 0})
+
+    await gather_limited(n, delete)
+    return took
+
+
+async def ready_nodes(cp: ControlPlane) -> int:
+    assert cp.api is not None
+    nodes = (await cp.api.list("/api/v1/nodes", params={"labelSelector": "pykubelet.io/hollow=true"})).get("items", [])
+    return sum(1 for nd in nodes for c in nd.get("status", {}).get("conditions", [])
+               if c.get("type") == "Ready" and c.get("status") == "True")
+
+
+async def wait_nodes_ready(cp: ControlPlane, n: int, within: float = 300) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < within:
+        if await ready_nodes(cp) >= n:
+            return time.monotonic() - t0
+        await asyncio.sleep(1)
+    raise TimeoutError(f"hollow nodes not all Ready within {within} s")
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="pkhb-", dir="/tmp"))
+    total = args.nodes * args.pods_per_node
+    result: dict[str, Any] = {"nodes": args.nodes, "pods_per_node": args.pods_per_node, "pods": total}
+    cp = ControlPlane(tmp / "cp")
+    hollow = None
+    try:
+        api = await cp.start()
+        result["api_floor_s"] = round(await api_floor(cp, total), 2)
+        log(f"API floor (create + bind + status) for {total} pods: {result['api_floor_s']} s")
+
+        hollow = spawn([sys.executable, "-m", "pykubelet", "hollow", "--kubeconfig", str(cp.kubeconfig),
+                        "--nodes", str(args.nodes), "--max-pods", str(max(110, args.pods_per_node + 10)),
+                        "--data-dir", str(tmp / "hollow"), "--log-file", str(tmp / "hollow.log"), "-v", "1"],
+                       tmp / "hollow.out")
+        log(f"hollow started (pid {hollow.pid}, log {tmp / 'hollow.log'})")
+        result["nodes_ready_s"] = round(await wait_nodes_ready(cp, args.nodes), 1)
+        log(f"{args.nodes} hollow nodes Ready in {result['nodes_ready_s']} s")
+        await asyncio.sleep(args.settle)
+
+        pids = {"server": cp.pid, "hollow": hollow.pid}
+        idle = Sampler(pids).start()
+        await asyncio.sleep(args.settle)
+        result["idle_nodes"] = await idle.stop()
+
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        names = [f"hollow-pod-{i:05d}" for i in range(total)]
+        rv = await list_rv(api, path)
+        last = [time.monotonic()]
+
+        def progress(k: int) -> None:
+            if time.monotonic() - last[0] > 5:
+                last[0] = time.monotonic()
+                log(f"  {k}/{total} Running")
+
+        waiter = asyncio.create_task(watch_until(api, path, set(names), rv, pod_running, progress=progress))
+        await asyncio.sleep(0)
+        sampler = Sampler(pids).start()
+        t0 = time.monotonic()
+        await gather_limited(total, lambda i: api.create(path, pod_manifest(names[i])))
+        result["all_created_s"] = round(time.monotonic() - t0, 2)
+        seen = await waiter
+        result["all_running_s"] = round(max(seen.values()) - t0, 2)
+        result["median_running_s"] = round(sorted(seen.values())[len(seen) // 2] - t0, 2)
+        result["during_run"] = await sampler.stop()
+        result["ratio_to_floor"] = round(result["all_running_s"] / result["api_floor_s"], 2)
+        log(f"{total} pods Running in {result['all_running_s']} s ({result['ratio_to_floor']}x the API floor)")
+        per_node = collections.Counter(p["spec"].get("nodeName", "")
+                                       for p in (await api.list(path)).get("items", []) if p["metadata"]["name"] in seen)
+        result["pods_per_node_min_max"] = [min(per_node.values()), max(per_node.values())]
+
+        hold = Sampler(pids).start()
+        await asyncio.sleep(args.hold)
+        result["steady"] = await hold.stop()
+        result["target_met"] = result["all_running_s"] <= TARGET_RUNNING_S
+        result["nodes_ready_after_hold"] = await ready_nodes(cp)
+    except Exception:
+        traceback.print_exc()
+        result["error"] = traceback.format_exc()
+        if (tmp / "hollow.log").exists():
+            print((tmp / "hollow.log").read_text(errors="replace")[-3000:], file=sys.stderr)
+    finally:
+        await stop_process(hollow, "hollow", grace=60)
+        await cp.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+def report(r: dict[str, Any]) -> None:
+    if "all_running_s" not in r:
+        return
+    print(f"\n== {r['nodes']} hollow nodes x {r['pods_per_node']} pods through the scheduler ==")
+    print(f"API floor, create + bind + status for {r['pods']} pods (baseline): {r['api_floor_s']:.2f} s")
+    print(f"hollow nodes Ready after {r['nodes_ready_s']:.1f} s")
+    print(f"pods: all created {r['all_created_s']:.2f} s, median Running {r['median_running_s']:.2f} s, "
+          f"all Running {r['all_running_s']:.2f} s = {r['ratio_to_floor']:.2f}x the floor "
+          f"(goal <= {TARGET_RUNNING_S:.0f} s: {'MET' if r.get('target_met') else 'NOT MET'}); "
+          f"pods per node min/max {r['pods_per_node_min_max']}")
+    print(f"nodes Ready after the hold: {r.get('nodes_ready_after_hold')}/{r['nodes']}")
+    for phase, label in (("idle_nodes", "nodes, no pods"), ("during_run", "during the run"),
+                         ("steady", "pods running")):
+        for name, v in r.get(phase, {}).items():
+            print(f"{label:>15} ({v['seconds']:.0f} s), {name}: CPU {v['cpu_pct']:.1f} % of one core, "
+                  f"RSS max {v['rss_max_mb']:.0f} MB")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", type=int, default=100)
+    p.add_argument("--pods-per-node", type=int, default=30)
+    p.add_argument("--hold", type=float, default=30.0)
+    p.add_argument("--settle", type=float, default=10.0, help="seconds to wait, then to sample, idle nodes")
+    p.add_argument("--quick", action="store_true", help="10 nodes x 5 pods, hold 5 s")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.nodes, args.pods_per_node, args.hold, args.settle = 10, 5, 5.0, 3.0
+    r = asyncio.run(run(args))
+    report(r)
+    save_json(args.json, r)
+    return 0 if r.get("target_met") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""Scale benchmark 5: list 10,000 pods from the API server, as JSON and as a Table (kubectl get).
+
+``pykubelet server`` runs as its own process (so the client's work is not counted as the server's);
+``--pods`` benchmark pods are created through the API (32 requests in flight), then each list is
+timed ``--runs`` times (median, from the request until the last byte was read) by one aiohttp client:
+
+* ``GET /api/v1/pods`` with ``Accept: application/json`` (a client or controller's full list);
+* the same with ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` (what ``kubectl get pods
+  -A`` asks for, here without ``limit``);
+* for information, kubectl's real pattern: Table pages of ``limit=500`` following ``continue``.
+
+Baselines, same run, same machine: a bare aiohttp HTTPS server (its own process, the API server's
+certificate) answering with the **already encoded** JSON list body that the API server returned —
+the cost of moving those bytes over TLS to this client, the floor of any list — and, for
+information, ``json.dumps`` of that list in this process (the cost of encoding it once in Python).
+Goal: ≤ 200 ms for 10,000 pods, JSON and Table.
+
+Usage: ``.venv/bin/python bench/bench_list_pods.py [--pods 10000] [--runs 5] [--json out.json]``;
+``--pods 1000`` is a smoke run. Internally ``--serve-floor FILE PORT CERT KEY`` runs the floor server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import _port_open, free_port, log, pod_manifest, save_json
+from scale_common import ControlPlane, spawn, stop_process
+
+TARGET_MS = 200.0
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+CONCURRENCY = 32
+
+
+async def timed_get(session: aiohttp.ClientSession, url: str, accept: str) -> tuple[float, bytes]:
+    t0 = time.perf_counter()
+    async with session.get(url, headers={"Accept": accept}) as r:
+        body = await r.read()
+        if r.status != 200:
+            raise RuntimeError(f"GET {url}: {r.status} {body[:300]!r}")
+    return time.perf_counter() - t0, body
+
+
+async def paged_table(session: aiohttp.ClientSession, base: str) -> tuple[float, int]:
+    """kubectl's pattern: Table pages of 500 following ``continue``; (seconds, rows)."""
+    t0 = time.perf_counter()
+    cont, rows = "", 0
+    while True:
+        url = f"{base}/api/v1/pods?limit=500" + (f"&continue={cont}" if cont else "")
+        async with session.get(url, headers={"Accept": TABLE}) as r:
+            page = await r.json()
+        rows += len(page.get("rows", []))
+        cont = (page.get("metadata") or {}).get("continue", "")
+        if not cont:
+            return time.perf_counter() - t0, rows
+
+
+async def median_of(runs: int, fn: Any) -> tuple[float, Any]:
+    times, last = [], None
+    for _ in range(runs):
+        t, last = await fn()
+        times.append(t)
+    return statistics.median(times), last
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="pkl-", dir="/tmp"))
+    result: dict[str, Any] = {"pods": args.pods, "runs": args.runs}
+    cp = ControlPlane(tmp / "cp")
+    floor = None
+    try:
+        api = await cp.start()
+        sem = asyncio.Semaphore(CONCURRENCY)
+
+        async def create(i: int) -> None:
+            async with sem:
+                await api.create("/api/v1/namespaces/default/pods", pod_manifest(f"list-{i:05d}"))
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(create(i) for i in range(args.pods)))
+        result["create_per_s"] = round(args.pods / (time.monotonic() - t0))
+        log(f"{args.pods} pods created ({result['create_per_s']}/s)")
+
+        token = (await asyncio.to_thread((cp.data_dir / "kubeconfig").read_text)).split("token:")[1].split()[0]
+        ctx = ssl.create_default_context(cafile=str(cp.data_dir / "pki" / "ca.crt"))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx),
+                                         headers={"Authorization": f"Bearer {token}"}) as s:
+            url = f"{cp.url}/api/v1/pods"
+            await timed_get(s, url, "application/json")  # warm-up (connection, caches)
+            json_s, body = await median_of(args.runs, lambda: timed_get(s, url, "application/json"))
+            table_s, tbody = await median_of(args.runs, lambda: timed_get(s, url, TABLE))
+            paged_s, rows = await median_of(args.runs, lambda: paged_table(s, cp.url))
+            lst = json.loads(body)
+            assert len(lst["items"]) == args.pods and len(json.loads(tbody)["rows"]) == args.pods == rows
+            t0 = time.perf_counter()
+            json.dumps(lst)
+            result["encode_floor_ms"] = round(1000 * (time.perf_counter() - t0), 1)
+
+            # floor: the same bytes, pre-encoded, from a bare HTTPS server of its own
+            body_file = tmp / "list.json"
+            await asyncio.to_thread(body_file.write_bytes, body)
+            port = free_port()
+            pki = cp.data_dir / "pki"
+            floor = spawn([sys.executable, __file__, "--serve-floor", str(body_file), str(port),
+                           str(pki / "apiserver.crt"), str(pki / "apiserver.key")], tmp / "floor.log")
+            for _ in range(100):
+                if await _port_open(port):
+                    break
+                await asyncio.sleep(0.1)
+            floor_url = f"https://127.0.0.1:{port}/api/v1/pods"
+            await timed_get(s, floor_url, "application/json")
+            floor_s, _ = await median_of(args.runs, lambda: timed_get(s, floor_url, "application/json"))
+
+        result.update({
+            "json_ms": round(json_s * 1000, 1), "table_ms": round(table_s * 1000, 1),
+            "paged_table_ms": round(paged_s * 1000, 1), "floor_ms": round(floor_s * 1000, 1),
+            "json_bytes": len(body), "table_bytes": len(tbody),
+        })
+        result["json_ratio"] = round(json_s / floor_s, 2)
+        result["table_ratio"] = round(table_s / floor_s, 2)
+        result["targets"] = {"json": result["json_ms"] <= TARGET_MS, "table": result["table_ms"] <= TARGET_MS}
+    except Exception:
+        traceback.print_exc()
+        result["error"] = traceback.format_exc()
+    finally:
+        await stop_process(floor, "floor server")
+        await cp.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+def report(r: dict[str, Any]) -> None:
+    if "json_ms" not in r:
+        return
+    n, t = r["pods"], r["targets"]
+    print(f"\n== list {n} pods (median of {r['runs']}) ==")
+    print(f"baseline: the same JSON bytes ({r['json_bytes'] / 1e6:.1f} MB) from a bare HTTPS server: {r['floor_ms']:.1f} ms; "
+          f"json.dumps of the list in Python: {r['encode_floor_ms']:.1f} ms")
+    print(f"JSON list:  {r['json_ms']:.1f} ms = {r['json_ratio']:.2f}x the floor "
+          f"(goal <= {TARGET_MS:.0f} ms: {'MET' if t['json'] else 'NOT MET'})")
+    print(f"Table list: {r['table_ms']:.1f} ms ({r['table_bytes'] / 1e6:.1f} MB) = {r['table_ratio']:.2f}x the floor "
+          f"(goal <= {TARGET_MS:.0f} ms: {'MET' if t['table'] else 'NOT MET'})")
+    print(f"kubectl-style Table pages of 500: {r['paged_table_ms']:.1f} ms in all; creates {r['create_per_s']}/s")
+
+
+def serve_floor(body_file: str, port: int, cert: str, key: str) -> None:
+    from aiohttp import web
+
+    body = Path(body_file).read_bytes()
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", handler)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    web.run_app(app, host="127.0.0.1", port=port, ssl_context=ctx, access_log=None, print=None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pods", type=int, default=10000)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="1,000 pods, 3 runs")
+    p.add_argument("--json", default=None)
+    p.add_argument("--serve-floor", nargs=4, metavar=("FILE", "PORT", "CERT", "KEY"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.serve_floor:
+        f, port, cert, key = args.serve_floor
+        serve_floor(f, int(port), cert, key)
+        return 0
+    if args.quick:
+        args.pods, args.runs = 1000, 3
+    r = asyncio.run(run(args))
+    report(r)
+    save_json(args.json, r)
+    return 0 if r.get("targets") and all(r["targets"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

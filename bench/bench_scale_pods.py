@@ -1,0 +1,229 @@
+"""Scale benchmark 1+2: one agent, 1,000 pre-bound pods → all Ready, then holding them idle.
+
+Why on the fake CRI runtime: the question is what the *agent* pays per pod (API watch, pod workers,
+PLEG relists, status updates), not how fast runc starts containers. ``pykubelet fakecri`` runs as its
+own process (its CPU is not the agent's); ``pykubelet server`` and ``pykubelet agent`` (the command line
+``pykubelet up`` uses, ``scale_common.ControlPlane``) run as processes of their own, the agent with
+``--max-pods`` raised above the pod count and ``--cgroups-per-qos=false`` (no containers, so no pod
+cgroups to make).
+
+1. **baseline, same run**: the raw CRI calls the agent makes for the same pods, against a second,
+   fresh fakecri process, all pods concurrently (``asyncio.gather``) from one client: pod log
+   folder, RunPodSandbox, PodSandboxStatus, ImageStatus, CreateContainer (config from the agent's own
+   ``criconfig`` builders), StartContainer. This is the floor any kubelet pays the runtime.
+2. **start**: ``--pods`` pods (benchmark pod, ``spec.nodeName`` set so the scheduler is not
+   measured) created at once through the API; time from the first POST until every pod was seen
+   ``Ready`` through one watch. Goal: ≤ 10 s for 1,000 pods and ≤ 2x the raw calls.
+3. **idle hold**: after a settle period, ``--hold`` seconds (default 60) with nothing happening:
+   agent CPU (% of one core) and max RSS; fakecri and server for information. Goal ≤ 5 % and
+   ≤ 150 MB for 1,000 pods.
+4. ``--profile SECONDS``: afterwards (outside the measured window), a py-spy profile of the idle
+   agent and its top functions (``scale_common.summarize_profile``).
+
+Usage: ``.venv/bin/python bench/bench_scale_pods.py [--pods 1000] [--hold 60] [--profile 30]
+[--json out.json]``; ``--pods 100 --hold 10`` is a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import NAMESPACE, NODE_NAME, log, pod_manifest, ratio, save_json
+from scale_common import (
+    ControlPlane,
+    Sampler,
+    list_rv,
+    pod_ready,
+    print_profile,
+    py_spy,
+    start_fakecri,
+    stop_process,
+    summarize_profile,
+    watch_until,
+)
+
+from pykubelet.agent.kuberuntime import criconfig
+from pykubelet.cri import CRIClient
+
+IMAGE = "docker.io/library/busybox:1.36"
+TARGET_START_S = 10.0
+TARGET_START_RATIO = 2.0
+TARGET_CPU_PCT = 5.0
+TARGET_RSS_MB = 150.0
+
+
+def bound_pod(name: str) -> dict[str, Any]:
+    pod = pod_manifest(name)
+    pod["spec"]["nodeName"] = NODE_NAME  # pre-bound: measure the agent, not the scheduler
+    pod["spec"]["terminationGracePeriodSeconds"] = 1
+    return pod
+
+
+async def raw_cri(endpoint: str, n: int, logs_dir: Path) -> float:
+    """The agent's CRI calls for ``n`` pods, all concurrently; seconds until every container runs."""
+    cri = CRIClient(endpoint)
+    await cri.connect(wait=10)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        t0 = time.monotonic()
+        image_ref = await cri.pull_image(IMAGE)  # once, as the agent's image manager does
+
+        async def one(i: int) -> None:
+            pod = pod_manifest(f"raw-{i:04d}", uid=str(uuid.uuid4()))
+            sb = criconfig.sandbox_config(pod, 0, pod_logs_dir=str(logs_dir), cgroup_parent="")
+            os.makedirs(sb.log_directory, exist_ok=True)
+            sid = await cri.run_pod_sandbox(sb)
+            st = await cri.pod_sandbox_status(sid)
+            ips = [st.status.network.ip] if st.status.network.ip else []
+            img = await cri.image_status(IMAGE)
+            container = pod["spec"]["containers"][0]
+            cfg = await criconfig.container_config(
+                pod, container, image_ref=img.image.id or image_ref, restart_count=0, pod_ips=ips,
+                host_ips=["127.0.0.1"], node_name=NODE_NAME, memory_capacity=memory,
+                node_allocatable={"cpu": Decimal(2)})
+            os.makedirs(os.path.join(sb.log_directory, container["name"]), exist_ok=True)
+            cid = await cri.create_container(sid, cfg, sb)
+            await cri.start_container(cid)
+
+        await asyncio.gather(*(one(i) for i in range(n)))
+        return time.monotonic() - t0
+    finally:
+        await cri.close()
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="pks-", dir="/tmp"))
+    result: dict[str, Any] = {"pods": args.pods, "hold_s": args.hold}
+    raw_fake = fake = agent = None
+    cp = ControlPlane(tmp / "data")
+    try:
+        # 1. baseline: raw CRI calls on a fresh fakecri of their own
+        raw_fake = await start_fakecri(tmp / "raw.sock", tmp / "raw-fakecri.log")
+        result["raw_cri_s"] = round(await raw_cri(f"unix://{tmp / 'raw.sock'}", args.pods, tmp / "raw-logs"), 2)
+        log(f"raw CRI calls for {args.pods} pods: {result['raw_cri_s']} s")
+        await stop_process(raw_fake, "raw fakecri")
+
+        # 2. the agent
+        fake = await start_fakecri(tmp / "fake.sock", tmp / "fakecri.log")
+        api = await cp.start()
+        agent = await cp.start_agent(f"unix://{tmp / 'fake.sock'}", NODE_NAME,
+                                     [f"--max-pods={args.pods + 100}", "--cgroups-per-qos=false"])
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        names = [f"scale-{i:04d}" for i in range(args.pods)]
+        rv = await list_rv(api, path)
+        last_log = [time.monotonic()]
+
+        def progress(k: int) -> None:
+            if time.monotonic() - last_log[0] > 5:
+                last_log[0] = time.monotonic()
+                log(f"  {k}/{args.pods} Ready")
+
+        waiter = asyncio.create_task(watch_until(api, path, set(names), rv, pod_ready, progress=progress))
+        await asyncio.sleep(0)
+        pids = {"agent": agent.pid, "server": cp.pid, "fakecri": fake.pid}
+        start_sampler = Sampler(pids).start()
+        t0 = time.monotonic()
+        sem = asyncio.Semaphore(32)
+
+        async def create(n: str) -> None:
+            async with sem:
+                await api.create(path, bound_pod(n))
+
+        await asyncio.gather(*(create(n) for n in names))
+        result["all_created_s"] = round(time.monotonic() - t0, 2)
+        seen = await waiter
+        result["all_ready_s"] = round(max(seen.values()) - t0, 2)
+        result["median_ready_s"] = round(sorted(seen.values())[len(seen) // 2] - t0, 2)
+        result["ratio_to_raw"] = round(result["all_ready_s"] / result["raw_cri_s"], 2)
+        result["during_start"] = await start_sampler.stop()
+        log(f"{args.pods} pods Ready in {result['all_ready_s']} s (created in {result['all_created_s']} s; "
+            f"{ratio(result['all_ready_s'], result['raw_cri_s'])} the raw CRI calls)")
+
+        # 3. idle hold
+        await asyncio.sleep(args.settle)
+        sampler = Sampler(pids).start()
+        await asyncio.sleep(args.hold)
+        result["idle"] = await sampler.stop()
+        log(f"idle with {args.pods} pods: {result['idle']}")
+
+        # 4. profile, outside the measured window
+        if args.profile > 0:
+            out = await py_spy(pids["agent"], args.profile, tmp / "agent-idle.txt")
+            if out is not None:
+                result["profile"] = summarize_profile(out, args.profile)
+                if args.profile_out:
+                    shutil.copy(out, args.profile_out)
+        idle = result["idle"]["agent"]
+        result["targets"] = {
+            "start_s": result["all_ready_s"] <= TARGET_START_S,
+            "start_ratio": result["ratio_to_raw"] <= TARGET_START_RATIO,
+            "idle_cpu": idle["cpu_pct"] <= TARGET_CPU_PCT,
+            "idle_rss": idle["rss_max_mb"] <= TARGET_RSS_MB,
+        }
+    except Exception:
+        traceback.print_exc()
+        result["error"] = traceback.format_exc()
+    finally:
+        await stop_process(agent, "agent")
+        await cp.stop()
+        await stop_process(fake, "fakecri")
+        await stop_process(raw_fake, "raw fakecri")
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+def report(r: dict[str, Any]) -> None:
+    if "all_ready_s" not in r:
+        return
+    n = r["pods"]
+    t = r.get("targets", {})
+    print(f"\n== one agent, {n} pre-bound pods (fake CRI) ==")
+    print(f"raw CRI calls, all pods concurrently (baseline): {r['raw_cri_s']:.2f} s")
+    print(f"agent: all created {r['all_created_s']:.2f} s, median Ready {r['median_ready_s']:.2f} s, "
+          f"all Ready {r['all_ready_s']:.2f} s = {r['ratio_to_raw']:.2f}x the raw calls "
+          f"(goal <= {TARGET_START_S:.0f} s: {'MET' if t.get('start_s') else 'NOT MET'}, "
+          f"<= {TARGET_START_RATIO:.0f}x: {'MET' if t.get('start_ratio') else 'NOT MET'})")
+    for name, v in r.get("during_start", {}).items():
+        print(f"while starting, {name}: CPU {v['cpu_pct']:.1f} % of one core, RSS max {v['rss_max_mb']:.1f} MB")
+    if "idle" in r:
+        for name, v in r["idle"].items():
+            print(f"idle {v['seconds']:.0f} s, {name}: CPU {v['cpu_pct']:.2f} % of one core, RSS max {v['rss_max_mb']:.1f} MB")
+        print(f"agent idle goals: CPU <= {TARGET_CPU_PCT:.0f} %: {'MET' if t.get('idle_cpu') else 'NOT MET'}, "
+              f"RSS <= {TARGET_RSS_MB:.0f} MB: {'MET' if t.get('idle_rss') else 'NOT MET'}")
+    if "profile" in r:
+        print_profile(r["profile"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pods", type=int, default=1000)
+    p.add_argument("--hold", type=float, default=60.0, help="idle window in seconds")
+    p.add_argument("--settle", type=float, default=10.0, help="seconds between all Ready and the idle window")
+    p.add_argument("--profile", type=float, default=0.0, help="py-spy the idle agent for this many seconds")
+    p.add_argument("--profile-out", default=None, help="keep the raw py-spy output here")
+    p.add_argument("--quick", action="store_true", help="100 pods, hold 10 s")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.pods, args.hold, args.settle = 100, 10.0, 3.0
+    r = asyncio.run(run(args))
+    report(r)
+    save_json(args.json, r)
+    return 0 if r.get("targets") and all(r["targets"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
