@@ -97,6 +97,12 @@ TYPES: dict[str, dict[str, str]] = {
         "kind": "string",
         "readOnly": "bool",
     },
+    "V1AzureFilePersistentVolumeSource": {
+        "readOnly": "bool",
+        "secretName": "string",
+        "secretNamespace": "string",
+        "shareName": "string",
+    },
     "V1AzureFileVolumeSource": {
         "readOnly": "bool",
         "secretName": "string",
@@ -114,6 +120,18 @@ TYPES: dict[str, dict[str, str]] = {
         "name": "string",
         "uid": "string",
     },
+    "V1CSIPersistentVolumeSource": {
+        "controllerExpandSecretRef": "V1SecretReference",
+        "controllerPublishSecretRef": "V1SecretReference",
+        "driver": "string",
+        "fsType": "string",
+        "nodeExpandSecretRef": "V1SecretReference",
+        "nodePublishSecretRef": "V1SecretReference",
+        "nodeStageSecretRef": "V1SecretReference",
+        "readOnly": "bool",
+        "volumeAttributes": "map[string]string",
+        "volumeHandle": "string",
+    },
     "V1CSIVolumeSource": {
         "driver": "string",
         "fsType": "string",
@@ -124,6 +142,14 @@ TYPES: dict[str, dict[str, str]] = {
     "V1Capabilities": {
         "add": "[]string",
         "drop": "[]string",
+    },
+    "V1CephFSPersistentVolumeSource": {
+        "monitors": "[]string",
+        "path": "string",
+        "readOnly": "bool",
+        "secretFile": "string",
+        "secretRef": "V1SecretReference",
+        "user": "string",
     },
     "V1CephFSVolumeSource": {
         "monitors": "[]string",
@@ -161,6 +187,12 @@ TYPES: dict[str, dict[str, str]] = {
     "V1CertificateSigningRequestStatus": {
         "certificate": "bytes",
         "conditions": "[]V1CertificateSigningRequestCondition",
+    },
+    "V1CinderPersistentVolumeSource": {
+        "fsType": "string",
+        "readOnly": "bool",
+        "secretRef": "V1SecretReference",
+        "volumeID": "string",
     },
     "V1CinderVolumeSource": {
         "fsType": "string",
@@ -456,6 +488,13 @@ TYPES: dict[str, dict[str, str]] = {
         "path": "string",
         "volumeName": "string",
     },
+    "V1FlexPersistentVolumeSource": {
+        "driver": "string",
+        "fsType": "string",
+        "options": "map[string]string",
+        "readOnly": "bool",
+        "secretRef": "V1SecretReference",
+    },
     "V1FlexVolumeSource": {
         "driver": "string",
         "fsType": "string",
@@ -482,6 +521,12 @@ TYPES: dict[str, dict[str, str]] = {
         "directory": "string",
         "repository": "string",
         "revision": "string",
+    },
+    "V1GlusterfsPersistentVolumeSource": {
+        "endpoints": "string",
+        "endpointsNamespace": "string",
+        "path": "string",
+        "readOnly": "bool",
     },
     "V1GlusterfsVolumeSource": {
         "endpoints": "string",
@@ -510,6 +555,19 @@ TYPES: dict[str, dict[str, str]] = {
     "V1HostPathVolumeSource": {
         "path": "string",
         "type": "string",
+    },
+    "V1ISCSIPersistentVolumeSource": {
+        "chapAuthDiscovery": "bool",
+        "chapAuthSession": "bool",
+        "fsType": "string",
+        "initiatorName": "string",
+        "iqn": "string",
+        "iscsiInterface": "string",
+        "lun": "int32",
+        "portals": "[]string",
+        "readOnly": "bool",
+        "secretRef": "V1SecretReference",
+        "targetPortal": "string",
     },
     "V1ISCSIVolumeSource": {
         "chapAuthDiscovery": "bool",
@@ -593,6 +651,10 @@ TYPES: dict[str, dict[str, str]] = {
     "V1LocalObjectReference": {
         "name": "string",
     },
+    "V1LocalVolumeSource": {
+        "fsType": "string",
+        "path": "string",
+    },
     "V1ManagedFieldsEntry": {
         "apiVersion": "string",
         "fieldsType": "string",
@@ -601,6 +663,10 @@ TYPES: dict[str, dict[str, str]] = {
         "operation": "string",
         "subresource": "string",
         "time": "Time",
+    },
+    "V1ModifyVolumeStatus": {
+        "status": "string",
+        "targetVolumeAttributesClassName": "string",
     },
     "V1NFSVolumeSource": {
         "path": "string",
@@ -792,6 +858,28 @@ TYPES: dict[str, dict[str, str]] = {
         "name": "string",
         "uid": "string",
     },
+    "V1PersistentVolume": {
+        "apiVersion": "string",
+        "kind": "string",
+        "metadata": "V1ObjectMeta",
+        "spec": "V1PersistentVolumeSpec",
+        "status": "V1PersistentVolumeStatus",
+    },
+    "V1PersistentVolumeClaim": {
+        "apiVersion": "string",
+        "kind": "string",
+        "metadata": "V1ObjectMeta",
+        "spec": "V1PersistentVolumeClaimSpec",
+        "status": "V1PersistentVolumeClaimStatus",
+    },
+    "V1PersistentVolumeClaimCondition": {
+        "lastProbeTime": "Time",
+        "lastTransitionTime": "Time",
+        "message": "string",
+        "reason": "string",
+        "status": "string",
+        "type": "string",
+    },
     "V1PersistentVolumeClaimSpec": {
         "accessModes": "[]string",
         "dataSource": "V1TypedLocalObjectReference",
@@ -803,6 +891,17 @@ TYPES: dict[str, dict[str, str]] = {
         "volumeMode": "string",
         "volumeName": "string",
     },
+    "V1PersistentVolumeClaimStatus": {
+        "accessModes": "[]string",
+        "allocatedResourceStatuses": "map[string]string",
+        "allocatedResources": "map[string]Quantity",
+        "capacity": "map[string]Quantity",
+        "conditions": "[]V1PersistentVolumeClaimCondition",
+        "currentVolumeAttributesClassName": "string",
+        "healthStatus": "V1VolumeHealthStatus",
+        "modifyVolumeStatus": "V1ModifyVolumeStatus",
+        "phase": "string",
+    },
     "V1PersistentVolumeClaimTemplate": {
         "metadata": "V1ObjectMeta",
         "spec": "V1PersistentVolumeClaimSpec",
@@ -810,6 +909,45 @@ TYPES: dict[str, dict[str, str]] = {
     "V1PersistentVolumeClaimVolumeSource": {
         "claimName": "string",
         "readOnly": "bool",
+    },
+    "V1PersistentVolumeSpec": {
+        "accessModes": "[]string",
+        "awsElasticBlockStore": "V1AWSElasticBlockStoreVolumeSource",
+        "azureDisk": "V1AzureDiskVolumeSource",
+        "azureFile": "V1AzureFilePersistentVolumeSource",
+        "capacity": "map[string]Quantity",
+        "cephfs": "V1CephFSPersistentVolumeSource",
+        "cinder": "V1CinderPersistentVolumeSource",
+        "claimRef": "V1ObjectReference",
+        "csi": "V1CSIPersistentVolumeSource",
+        "fc": "V1FCVolumeSource",
+        "flexVolume": "V1FlexPersistentVolumeSource",
+        "flocker": "V1FlockerVolumeSource",
+        "gcePersistentDisk": "V1GCEPersistentDiskVolumeSource",
+        "glusterfs": "V1GlusterfsPersistentVolumeSource",
+        "hostPath": "V1HostPathVolumeSource",
+        "iscsi": "V1ISCSIPersistentVolumeSource",
+        "local": "V1LocalVolumeSource",
+        "mountOptions": "[]string",
+        "nfs": "V1NFSVolumeSource",
+        "nodeAffinity": "V1VolumeNodeAffinity",
+        "persistentVolumeReclaimPolicy": "string",
+        "photonPersistentDisk": "V1PhotonPersistentDiskVolumeSource",
+        "portworxVolume": "V1PortworxVolumeSource",
+        "quobyte": "V1QuobyteVolumeSource",
+        "rbd": "V1RBDPersistentVolumeSource",
+        "scaleIO": "V1ScaleIOPersistentVolumeSource",
+        "storageClassName": "string",
+        "storageos": "V1StorageOSPersistentVolumeSource",
+        "volumeAttributesClassName": "string",
+        "volumeMode": "string",
+        "vsphereVolume": "V1VsphereVirtualDiskVolumeSource",
+    },
+    "V1PersistentVolumeStatus": {
+        "lastPhaseTransitionTime": "Time",
+        "message": "string",
+        "phase": "string",
+        "reason": "string",
     },
     "V1PhotonPersistentDiskVolumeSource": {
         "fsType": "string",
@@ -1048,6 +1186,16 @@ TYPES: dict[str, dict[str, str]] = {
         "user": "string",
         "volume": "string",
     },
+    "V1RBDPersistentVolumeSource": {
+        "fsType": "string",
+        "image": "string",
+        "keyring": "string",
+        "monitors": "[]string",
+        "pool": "string",
+        "readOnly": "bool",
+        "secretRef": "V1SecretReference",
+        "user": "string",
+    },
     "V1RBDVolumeSource": {
         "fsType": "string",
         "image": "string",
@@ -1102,6 +1250,18 @@ TYPES: dict[str, dict[str, str]] = {
         "type": "string",
         "user": "string",
     },
+    "V1ScaleIOPersistentVolumeSource": {
+        "fsType": "string",
+        "gateway": "string",
+        "protectionDomain": "string",
+        "readOnly": "bool",
+        "secretRef": "V1SecretReference",
+        "sslEnabled": "bool",
+        "storageMode": "string",
+        "storagePool": "string",
+        "system": "string",
+        "volumeName": "string",
+    },
     "V1ScaleIOVolumeSource": {
         "fsType": "string",
         "gateway": "string",
@@ -1144,6 +1304,10 @@ TYPES: dict[str, dict[str, str]] = {
         "items": "[]V1KeyToPath",
         "name": "string",
         "optional": "bool",
+    },
+    "V1SecretReference": {
+        "name": "string",
+        "namespace": "string",
     },
     "V1SecretVolumeSource": {
         "defaultMode": "int32",
@@ -1247,6 +1411,25 @@ TYPES: dict[str, dict[str, str]] = {
     "V1SleepAction": {
         "seconds": "int64",
     },
+    "V1StorageClass": {
+        "allowVolumeExpansion": "bool",
+        "allowedTopologies": "[]V1TopologySelectorTerm",
+        "apiVersion": "string",
+        "kind": "string",
+        "metadata": "V1ObjectMeta",
+        "mountOptions": "[]string",
+        "parameters": "map[string]string",
+        "provisioner": "string",
+        "reclaimPolicy": "string",
+        "volumeBindingMode": "string",
+    },
+    "V1StorageOSPersistentVolumeSource": {
+        "fsType": "string",
+        "readOnly": "bool",
+        "secretRef": "V1ObjectReference",
+        "volumeName": "string",
+        "volumeNamespace": "string",
+    },
     "V1StorageOSVolumeSource": {
         "fsType": "string",
         "readOnly": "bool",
@@ -1323,6 +1506,13 @@ TYPES: dict[str, dict[str, str]] = {
         "tolerationSeconds": "int64",
         "value": "string",
     },
+    "V1TopologySelectorLabelRequirement": {
+        "key": "string",
+        "values": "[]string",
+    },
+    "V1TopologySelectorTerm": {
+        "matchLabelExpressions": "[]V1TopologySelectorLabelRequirement",
+    },
     "V1TopologySpreadConstraint": {
         "labelSelector": "V1LabelSelector",
         "matchLabelKeys": "[]string",
@@ -1392,6 +1582,10 @@ TYPES: dict[str, dict[str, str]] = {
         "reason": "string",
         "status": "string",
     },
+    "V1VolumeHealthStatus": {
+        "healthConditions": "[]V1VolumeHealthCondition",
+        "lastTransitionTime": "Time",
+    },
     "V1VolumeMount": {
         "bindMountOptions": "[]string",
         "mountPath": "string",
@@ -1408,6 +1602,9 @@ TYPES: dict[str, dict[str, str]] = {
         "readOnly": "bool",
         "recursiveReadOnly": "string",
         "volumeStatus": "V1VolumeStatus",
+    },
+    "V1VolumeNodeAffinity": {
+        "required": "V1NodeSelector",
     },
     "V1VolumeProjection": {
         "clusterTrustBundle": "V1ClusterTrustBundleProjection",

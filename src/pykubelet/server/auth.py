@@ -9,8 +9,12 @@ Authentication, in upstream's order: TLS client certificate signed by our CA (us
 O), then bearer tokens from ``tokens.csv`` (upstream ``--token-auth-file`` format
 ``token,user,uid,"group1,group2"``), then service-account tokens.  Service-account tokens are
 JWTs (HS256 here, with a key in pki/sa.key, instead of upstream's RS256) carrying the upstream
-claims (``sub: system:serviceaccount:NS:NAME``, ``kubernetes.io`` private claims); TokenReview
-verifies them with the same code.  Authenticated users also get ``system:authenticated``.
+claims (``sub: system:serviceaccount:NS:NAME``, ``kubernetes.io`` private claims: namespace,
+serviceaccount name/uid and, for a TokenRequest with a ``boundObjectRef``, the pod/secret/node
+name/uid); TokenReview verifies them with the same code.  As upstream's claims validator, a
+signature is not enough: ``claims_validator`` (the registry) checks that the ServiceAccount and the
+bound object still exist with the uid in the token (a deleted pod's token stops working, after
+upstream's 60 s grace for objects being deleted).  Authenticated users also get ``system:authenticated``.
 
 Authorization: ``system:masters`` and ``system:nodes`` may do anything; everyone else is denied
 unless ``policy.jsonl`` in the data dir (upstream ABAC file format, one
@@ -32,6 +36,7 @@ import socket
 import ssl
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,6 +228,9 @@ class TokenAuth:
         self.pki = pki
         self._static: dict[str, UserInfo] = {}
         self._mtime = -1.0
+        # Checks a verified JWT's bound objects still exist (the registry's, as upstream's
+        # validator reads them from the API): returns why the token is no longer valid, or "".
+        self.claims_validator: Callable[[dict[str, Any]], str] | None = None
 
     def _reload(self) -> None:
         try:
@@ -260,16 +268,30 @@ class TokenAuth:
         return tok
 
     def authenticate(self, token: str) -> UserInfo | None:
+        return self.authenticate_token(token)[0]
+
+    def authenticate_token(self, token: str, audiences: list[str] | None = None) -> tuple[UserInfo | None, str]:
+        """The user a bearer token stands for, or None and why not (TokenReview's status.error).
+        A service-account token must be meant for one of ``audiences`` (default: this API
+        server's, as upstream's ``--api-audiences``)."""
         self._reload()
         u = self._static.get(token)
         if u is not None:
             groups = list(u.groups)
             if "system:authenticated" not in groups:
                 groups.append("system:authenticated")
-            return UserInfo(u.name, u.uid, groups)
-        claims = self.verify_sa_token(token)
+            return UserInfo(u.name, u.uid, groups), ""
+        claims = self.verify_sa_token(token, audiences or [ISSUER])
         if claims is None:
-            return None
+            return None, "invalid bearer token"
+        if self.claims_validator is not None:
+            why = self.claims_validator(claims)
+            if why:
+                return None, f"invalid bearer token, {why}"
+        return self._sa_user(claims), ""
+
+    @staticmethod
+    def _sa_user(claims: dict[str, Any]) -> UserInfo:
         k8s = claims.get("kubernetes.io") or {}
         ns = k8s.get("namespace", "")
         extra: dict[str, list[str]] = {}
@@ -277,17 +299,29 @@ class TokenAuth:
         if pod:
             extra["authentication.kubernetes.io/pod-name"] = [pod.get("name", "")]
             extra["authentication.kubernetes.io/pod-uid"] = [pod.get("uid", "")]
+        node = k8s.get("node")
+        if node:
+            extra["authentication.kubernetes.io/node-name"] = [node.get("name", "")]
+            extra["authentication.kubernetes.io/node-uid"] = [node.get("uid", "")]
+        if claims.get("jti"):
+            extra["authentication.kubernetes.io/credential-id"] = [f"JTI={claims['jti']}"]
         return UserInfo(str(claims.get("sub", "")), (k8s.get("serviceaccount") or {}).get("uid", ""),
                         ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"], extra)
 
     # JWT (HS256)
     def issue_sa_token(self, namespace: str, sa_name: str, sa_uid: str, audiences: list[str],
-                       expiration_seconds: int, bound: dict[str, Any] | None = None) -> tuple[str, int]:
+                       expiration_seconds: int, bound: dict[str, Any] | None = None,
+                       node: dict[str, str] | None = None) -> tuple[str, int]:
+        """A JWT with upstream's claims; ``bound`` is the TokenRequest's boundObjectRef (its uid
+        filled in), ``node`` the bound pod's node {name, uid} (upstream's
+        ServiceAccountTokenPodNodeInfo)."""
         now = int(time.time())
         exp = now + expiration_seconds
         k8s: dict[str, Any] = {"namespace": namespace, "serviceaccount": {"name": sa_name, "uid": sa_uid}}
         if bound and bound.get("kind") in ("Pod", "Secret", "Node"):
             k8s[bound["kind"].lower()] = {"name": bound.get("name", ""), "uid": bound.get("uid", "")}
+        if node and "node" not in k8s:
+            k8s["node"] = {"name": node.get("name", ""), "uid": node.get("uid", "")}
         claims = {"aud": audiences or [ISSUER], "exp": exp, "iat": now, "nbf": now, "iss": ISSUER,
                   "jti": str(uuid.uuid4()), "sub": f"system:serviceaccount:{namespace}:{sa_name}",
                   "kubernetes.io": k8s}

@@ -33,7 +33,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 
 from pykubelet.common import podspec
 from pykubelet.common.aio import cancel_and_wait
-from pykubelet.server import events_conv, managedfields, schema, tables
+from pykubelet.server import admission, events_conv, managedfields, schema, storagevalidation, tables
 from pykubelet.server.auth import PKI, Attributes, Authorizer, TokenAuth, UserInfo, csr_subject
 from pykubelet.server.errors import (
     StatusError,
@@ -61,6 +61,14 @@ log = logging.getLogger(__name__)
 KUBE_SIGNERS = {"kubernetes.io/kube-apiserver-client", "kubernetes.io/kube-apiserver-client-kubelet",
                 "kubernetes.io/kubelet-serving"}
 INITIAL_NAMESPACES = ["default", "kube-system", "kube-public", "kube-node-lease"]
+# The class every cluster of this project has (as kind/k3s ship rancher's local-path one):
+# claims without a class get it, and the built-in local-path provisioner serves it.
+LOCAL_PATH_PROVISIONER = "pykubelet.io/local-path"
+DEFAULT_STORAGE_CLASS: Obj = {
+    "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+    "metadata": {"name": "standard", "annotations": {admission.DEFAULT_CLASS_ANNOTATION: "true"}},
+    "provisioner": LOCAL_PATH_PROVISIONER, "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer",
+}
 STATUS_RESOURCES = {"pods", "nodes", "namespaces", "services", "certificatesigningrequests", "poddisruptionbudgets"}
 
 
@@ -103,6 +111,7 @@ class Registry:
         self.tokens = tokens
         self.authorizer = authorizer
         self._tasks: set[asyncio.Task[Any]] = set()
+        tokens.claims_validator = self.validate_sa_claims
         # DefaultTolerationSeconds admission (kube-apiserver --default-*-toleration-seconds).
         self.default_not_ready_toleration_seconds = 300
         self.default_unreachable_toleration_seconds = 300
@@ -115,6 +124,9 @@ class Registry:
             if self.store.peek("namespaces", "", ns) is None:
                 self._create_obj(ns_ri, "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
                                  sys_ctx)
+        sc_ri = BY_GVR[("storage.k8s.io", "v1", "storageclasses")]
+        if self.store.peek(sc_ri.key, "", DEFAULT_STORAGE_CLASS["metadata"]["name"]) is None:
+            self._create_obj(sc_ri, "", copy.deepcopy(DEFAULT_STORAGE_CLASS), sys_ctx)
         for (_, name), obj in list(self.store.iter_raw("namespaces")):
             if not obj["metadata"].get("deletionTimestamp"):
                 self._namespace_children(name)
@@ -296,6 +308,12 @@ class Registry:
             errs += validate_secret(obj, old)
         elif ri.resource == "configmaps":
             errs += validate_configmap(obj, old)
+        elif not errs and ri.resource == "persistentvolumes":
+            errs += storagevalidation.validate_pv(obj, old if sub == "" else None)
+        elif not errs and ri.resource == "persistentvolumeclaims":
+            errs += storagevalidation.validate_pvc(obj, old if sub == "" else None)
+        elif not errs and ri.resource == "storageclasses":
+            errs += storagevalidation.validate_storage_class(obj, old)
         if ri.resource == "leases" and not errs:
             spec = obj.get("spec") or {}
             lds = spec.get("leaseDurationSeconds")
@@ -375,6 +393,17 @@ class Registry:
             podspec.default_pod(obj, not_ready_toleration_seconds=self.default_not_ready_toleration_seconds,
                                 unreachable_toleration_seconds=self.default_unreachable_toleration_seconds)
             obj.setdefault("status", {}).setdefault("phase", "Pending")
+            self._admit_pod(obj, ns, meta.get("name", ""))
+        elif ri.resource == "persistentvolumeclaims":
+            obj["status"] = {}
+            storagevalidation.default_pvc(obj)
+            admission.admit_default_storage_class(
+                obj, [o for _, o in self.store.iter_raw(BY_GVR[("storage.k8s.io", "v1", "storageclasses")].key)])
+        elif ri.resource == "persistentvolumes":
+            obj["status"] = {}
+            storagevalidation.default_pv(obj)
+        elif ri.resource == "storageclasses":
+            storagevalidation.default_storage_class(obj)
         elif ri.resource == "secrets":
             string_data_to_data(obj)
             if not obj.get("type"):
@@ -400,6 +429,16 @@ class Registry:
         if ri.resource == "namespaces":
             self._namespace_children(meta["name"])
         return self.present(ri, stored)
+
+    def _admit_pod(self, pod: Obj, ns: str, name: str) -> None:
+        """ServiceAccount admission (on create only, as upstream)."""
+        if admission.is_mirror_pod(pod):
+            return
+        sa = self.store.peek("serviceaccounts", ns, admission.service_account_name(pod))
+        try:
+            admission.admit_service_account(pod, sa)
+        except admission.AdmissionError as e:
+            raise StatusError(403, "Forbidden", f'pods "{name}" is forbidden: {e}', name=name, kind="pods") from e
 
     # ---------------------------------------------------------------- update
     async def update(self, ri: ResourceInfo, ns: str, name: str, sub: str, body: Obj,
@@ -432,7 +471,14 @@ class Registry:
         if ri.resource == "pods" and ri.group == "" and sub == "":
             # Type defaults apply on every write (admission only on create), so a PUT that omits
             # defaulted fields is completed before the immutability check rather than rejected.
+            admission.carry_over_token_volume(new, old)
             podspec.default_pod(new, admission=False, old=old)
+        elif ri.resource == "persistentvolumeclaims":
+            storagevalidation.default_pvc(new)
+        elif ri.resource == "persistentvolumes":
+            storagevalidation.default_pv(new)
+        elif ri.resource == "storageclasses":
+            storagevalidation.default_storage_class(new)
         elif ri.resource == "secrets":
             string_data_to_data(new)  # the v1 -> internal conversion, on every write
             if not new.get("type"):
@@ -715,6 +761,7 @@ class Registry:
                                                   "minutes")], "authentication.k8s.io")
         exp = min(exp, 48 * 3600)
         bound = spec.get("boundObjectRef")
+        node: dict[str, str] | None = None
         if bound:
             kind = bound.get("kind")
             res = {"Pod": "pods", "Secret": "secrets", "Node": "nodes"}.get(kind or "")
@@ -727,8 +774,12 @@ class Registry:
             if bound.get("uid") and bound["uid"] != target["metadata"].get("uid"):
                 raise conflict(res, bound.get("name", ""), "", "the UID in the bound object reference does not match")
             bound = {**bound, "uid": target["metadata"].get("uid")}
+            node_name = (target.get("spec") or {}).get("nodeName") if res == "pods" else None
+            node_obj = self.store.peek("nodes", "", node_name) if node_name else None
+            if node_obj is not None:
+                node = {"name": str(node_name), "uid": str(node_obj["metadata"].get("uid", ""))}
         token, exp_ts = self.tokens.issue_sa_token(ns, name, sa["metadata"].get("uid", ""),
-                                                   list(spec.get("audiences") or []), exp, bound)
+                                                   list(spec.get("audiences") or []), exp, bound, node)
         out = {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
                "metadata": {"name": name, "namespace": ns, "creationTimestamp": None},
                "spec": {"audiences": list(spec.get("audiences") or ["https://kubernetes.default.svc.cluster.local"]),
@@ -737,20 +788,45 @@ class Registry:
                           "expirationTimestamp": now_rfc3339(dt.datetime.fromtimestamp(exp_ts, dt.UTC))}}
         return out, 201
 
+    def validate_sa_claims(self, claims: Obj) -> str:
+        """Upstream's service-account claims validator: the account, and the pod/secret/node the
+        token is bound to, must still exist with the uid in the token (and not have been deleting
+        for more than 60 s).  Returns why the token is invalid, or ""."""
+        k8s = claims.get("kubernetes.io")
+        if not isinstance(k8s, dict):
+            return ""
+        ns = str(k8s.get("namespace") or "")
+        cutoff = now_rfc3339(dt.datetime.now(dt.UTC) - dt.timedelta(seconds=60))
+        # (claim, resource, what upstream's messages call it, namespace)
+        refs = [("serviceaccount", "serviceaccounts", "service account", ns), ("pod", "pods", "pod", ns),
+                ("secret", "secrets", "secret", ns), ("node", "nodes", "node", "")]
+        for claim, res, what, obj_ns in refs:
+            ref = k8s.get(claim)
+            if not isinstance(ref, dict) or (claim == "node" and isinstance(k8s.get("pod"), dict)):
+                continue  # a pod-bound token's node claim is informational
+            name, uid = str(ref.get("name") or ""), str(ref.get("uid") or "")
+            obj = self.store.peek(res, obj_ns, name)
+            if obj is None:
+                return f'{res} "{name}" not found'
+            meta = obj["metadata"]
+            if uid and meta.get("uid") != uid:
+                return f"{what} UID ({meta.get('uid')}) does not match claim ({uid})"
+            deleted = meta.get("deletionTimestamp")
+            if deleted and str(deleted) < cutoff:
+                return f"{what} {obj_ns + '/' if obj_ns else ''}{name} has been deleted"
+        return ""
+
     def _token_review(self, body: Obj) -> tuple[Obj, int]:
         spec = body.get("spec") or {}
         token = spec.get("token") or ""
         auds = list(spec.get("audiences") or [])
         status: dict[str, Any] = {"authenticated": False, "user": {}}
-        user = self.tokens.authenticate(token) if token else None
-        if user is not None and auds and user.name.startswith("system:serviceaccount:"):
-            if self.tokens.verify_sa_token(token, auds) is None:
-                user = None
+        user, why = self.tokens.authenticate_token(token, auds or None) if token else (None, "")
         if user is not None:
             status = {"authenticated": True, "user": user.to_dict(),
                       "audiences": auds or ["https://kubernetes.default.svc.cluster.local"]}
         elif token:
-            status["error"] = "invalid bearer token"
+            status["error"] = why or "invalid bearer token"
         return {"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
                 "metadata": {"creationTimestamp": None}, "spec": spec, "status": status}, 201
 

@@ -53,6 +53,9 @@ ROOTS: dict[tuple[str, str], str] = {
     ("node.k8s.io", "RuntimeClass"): "V1RuntimeClass",
     ("certificates.k8s.io", "CertificateSigningRequest"): "V1CertificateSigningRequest",
     ("policy", "PodDisruptionBudget"): "V1PodDisruptionBudget",
+    ("", "PersistentVolume"): "V1PersistentVolume",
+    ("", "PersistentVolumeClaim"): "V1PersistentVolumeClaim",
+    ("storage.k8s.io", "StorageClass"): "V1StorageClass",
     ("", "Binding"): "V1Binding",
     ("policy", "Eviction"): "V1Eviction",
     ("authentication.k8s.io", "TokenRequest"): "AuthenticationV1TokenRequest",
@@ -84,7 +87,8 @@ QUANTITY_FIELDS = {
     ("PodSpec", "overhead"), ("Overhead", "podFixed"), ("NodeStatus", "capacity"),
     ("NodeStatus", "allocatable"), ("ContainerStatus", "allocatedResources"),
     ("PodStatus", "allocatedResources"), ("EmptyDirVolumeSource", "sizeLimit"),
-    ("ResourceFieldSelector", "divisor"),
+    ("ResourceFieldSelector", "divisor"), ("PersistentVolumeSpec", "capacity"),
+    ("PersistentVolumeClaimStatus", "capacity"), ("PersistentVolumeClaimStatus", "allocatedResources"),
 }
 MICROTIME_FIELDS = {
     ("Event", "eventTime"), ("EventSeries", "lastObservedTime"), ("LeaseSpec", "acquireTime"),

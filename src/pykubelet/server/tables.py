@@ -16,7 +16,9 @@ k8s.io/apimachinery/pkg/util/duration): column names/types/priorities, the pod S
 container waiting/terminated reasons, Completed->Running/NotReady when a container still runs,
 Terminating, Unknown for NodeLost pods being deleted), RESTARTS "N (age ago)", node STATUS
 (Ready/NotReady/Unknown + SchedulingDisabled) and ROLES, event OBJECT "kind/name" and SOURCE, the
-CSR CONDITION column, and ``HumanDuration`` for ages.
+CSR CONDITION column, PV/PVC columns (access modes as RWO,ROX,RWX,RWOP, the beta class annotation
+before storageClassName, Terminating while deleting, a claim's capacity only once bound) and the
+StorageClass ``(default)`` suffix, and ``HumanDuration`` for ages.
 """
 
 from __future__ import annotations
@@ -480,6 +482,107 @@ def _csr_row(csr: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] |
     ], None
 
 
+# --- storage ---------------------------------------------------------------------------------
+
+_BETA_CLASS = "volume.beta.kubernetes.io/storage-class"
+_DEFAULT_CLASS = ("storageclass.kubernetes.io/is-default-class", "storageclass.beta.kubernetes.io/is-default-class")
+
+
+def access_modes_text(modes: Any) -> str:
+    """helper.GetAccessModesAsString: RWO, ROX, RWX, RWOP in that order, each once."""
+    have = set(modes or [])
+    short = (("ReadWriteOnce", "RWO"), ("ReadOnlyMany", "ROX"), ("ReadWriteMany", "RWX"),
+             ("ReadWriteOncePod", "RWOP"))
+    return ",".join(s for m, s in short if m in have)
+
+
+def _volume_class(o: Obj) -> str:
+    """GetPersistentVolume(Claim)Class: the beta annotation first, then spec.storageClassName."""
+    ann = _meta(o).get("annotations") or {}
+    if _BETA_CLASS in ann:
+        return str(ann[_BETA_CLASS])
+    return str((o.get("spec") or {}).get("storageClassName") or "")
+
+
+def _phase(o: Obj) -> str:
+    if _meta(o).get("deletionTimestamp"):
+        return "Terminating"
+    return str((o.get("status") or {}).get("phase") or "")
+
+
+PV_COLUMNS = [
+    NAME_COL,
+    col("Capacity", desc="capacity is the description of the persistent volume's resources and capacity."),
+    col("Access Modes", desc="accessModes contains all ways the volume can be mounted."),
+    col("Reclaim Policy", desc="persistentVolumeReclaimPolicy defines what happens to a persistent volume when "
+        "released from its claim."),
+    col("Status", desc="phase indicates if a volume is available, bound to a claim, or released by a claim."),
+    col("Claim", desc="claimRef is part of a bi-directional binding between PersistentVolume and "
+        "PersistentVolumeClaim."),
+    col("StorageClass", desc="StorageClass of the pv"),
+    col("VolumeAttributesClass", desc="VolumeAttributesClass of the pv"),
+    col("Reason", desc="reason is a brief CamelCase string that describes any failure and is meant for machine "
+        "parsing and tidy display in the CLI."),
+    AGE_COL,
+    col("VolumeMode", priority=1, desc="volumeMode defines if a volume is intended to be used with a formatted "
+        "filesystem or to remain in raw block state."),
+]
+
+
+def _pv_row(pv: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+    spec = pv.get("spec") or {}
+    ref = spec.get("claimRef")
+    claim = f"{ref.get('namespace', '')}/{ref.get('name', '')}" if isinstance(ref, dict) else ""
+    return [_name(pv), str((spec.get("capacity") or {}).get("storage") or "0"),
+            access_modes_text(spec.get("accessModes")), spec.get("persistentVolumeReclaimPolicy") or "",
+            _phase(pv), claim, _volume_class(pv), spec.get("volumeAttributesClassName") or "<unset>",
+            (pv.get("status") or {}).get("reason") or "", _age(pv, now), spec.get("volumeMode") or "<unset>"], None
+
+
+PVC_COLUMNS = [
+    NAME_COL,
+    col("Status", desc="phase represents the current phase of PersistentVolumeClaim."),
+    col("Volume", desc="volumeName is the binding reference to the PersistentVolume backing this claim."),
+    col("Capacity", desc="capacity represents the actual resources of the underlying volume."),
+    col("Access Modes", desc="accessModes contains the actual access modes the volume backing the PVC has."),
+    col("StorageClass", desc="StorageClass of the pvc"),
+    col("VolumeAttributesClass", desc="VolumeAttributesClass of the pvc"),
+    AGE_COL,
+    col("VolumeMode", priority=1, desc="volumeMode defines what type of volume is required by the claim."),
+]
+
+
+def _pvc_row(pvc: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+    spec = pvc.get("spec") or {}
+    status = pvc.get("status") or {}
+    capacity = modes = ""
+    if spec.get("volumeName"):
+        modes = access_modes_text(status.get("accessModes"))
+        capacity = str((status.get("capacity") or {}).get("storage") or "0")
+    return [_name(pvc), _phase(pvc), spec.get("volumeName") or "", capacity, modes, _volume_class(pvc),
+            spec.get("volumeAttributesClassName") or "<unset>", _age(pvc, now),
+            spec.get("volumeMode") or "<unset>"], None
+
+
+SC_COLUMNS = [
+    NAME_COL,
+    col("Provisioner", desc="provisioner indicates the type of the provisioner."),
+    col("ReclaimPolicy", desc="reclaimPolicy controls the reclaimPolicy for dynamically provisioned "
+        "PersistentVolumes of this storage class. Defaults to Delete."),
+    col("VolumeBindingMode", desc="volumeBindingMode indicates how PersistentVolumeClaims should be provisioned "
+        "and bound.  When unset, VolumeBindingImmediate is used."),
+    col("AllowVolumeExpansion", desc="allowVolumeExpansion shows whether the storage class allow volume expand."),
+    AGE_COL,
+]
+
+
+def _sc_row(sc: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+    ann = _meta(sc).get("annotations") or {}
+    name = _name(sc) + (" (default)" if any(ann.get(a) == "true" for a in _DEFAULT_CLASS) else "")
+    return [name, sc.get("provisioner", ""), sc.get("reclaimPolicy") or "Delete",
+            sc.get("volumeBindingMode") or "Immediate", bool(sc.get("allowVolumeExpansion")), _age(sc, now)], None
+
+
 def _printers() -> dict[str, tuple[list[dict[str, Any]], RowFn]]:
     p: dict[str, tuple[list[dict[str, Any]], RowFn]] = {
         "pods": (POD_COLUMNS, _pod_row),
@@ -487,6 +590,9 @@ def _printers() -> dict[str, tuple[list[dict[str, Any]], RowFn]]:
         "events": (EVENT_COLUMNS, _event_row),
         "services": (SERVICE_COLUMNS, _service_row),
         "certificatesigningrequests": (CSR_COLUMNS, _csr_row),
+        "persistentvolumes": (PV_COLUMNS, _pv_row),
+        "persistentvolumeclaims": (PVC_COLUMNS, _pvc_row),
+        "storageclasses": (SC_COLUMNS, _sc_row),
     }
     p["namespaces"] = _simple(
         [col("Status", desc="The status of the namespace")],

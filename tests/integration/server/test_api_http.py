@@ -86,10 +86,12 @@ async def test_authn_authz(http33: Http) -> None:
     kc = yaml.safe_load(node_kubeconfig(h.srv.data_dir, "n1", h.srv.url).read_text())
     node_tok = kc["users"][0]["user"]["token"]
     assert (await h.req("GET", "/api/v1/pods", token=node_tok))[0] == 200
-    # service-account token: authenticated by TokenReview, but not authorized by default
+    # service-account token: authenticated by TokenReview, but not authorized by default (as a
+    # bearer token it must carry the API server's audience, as upstream's --api-audiences)
     st, tr = await h.req("POST", "/api/v1/namespaces/default/serviceaccounts/default/token",
                          {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                          "spec": {"audiences": ["api"], "expirationSeconds": 3600}})
+                          "spec": {"audiences": ["api", "https://kubernetes.default.svc.cluster.local"],
+                                   "expirationSeconds": 3600}})
     assert st == 201
     sa_tok = tr["status"]["token"]
     st, rev = await h.req("POST", "/apis/authentication.k8s.io/v1/tokenreviews",
