@@ -109,6 +109,18 @@ RESOURCES = [
         _set("spec.usages", "client auth")),
     Res("runtimeclasses", "/apis/node.k8s.io/v1", False,
         lambda n: _meta("RuntimeClass", "node.k8s.io/v1", n, handler="runc"), _set("handler", ["runc"])),
+    Res("persistentvolumes", "/api/v1", False,
+        lambda n: _meta("PersistentVolume", "v1", n, spec={"accessModes": ["ReadWriteOnce"], "capacity": {
+            "storage": "1Gi"}, "hostPath": {"path": f"/tmp/{n}"}}),
+        _set("spec.capacity", "1Gi")),
+    Res("persistentvolumeclaims", "/api/v1", True,
+        lambda n: _meta("PersistentVolumeClaim", "v1", n, spec={
+            "accessModes": ["ReadWriteOnce"], "storageClassName": "standard",
+            "resources": {"requests": {"storage": "1Gi"}}}),
+        _set("spec.accessModes", "ReadWriteOnce")),
+    Res("storageclasses", "/apis/storage.k8s.io/v1", False,
+        lambda n: _meta("StorageClass", "storage.k8s.io/v1", n, provisioner="example.com/fuzz"),
+        _set("allowVolumeExpansion", "yes")),
     Res("poddisruptionbudgets", "/apis/policy/v1", True,
         lambda n: _meta("PodDisruptionBudget", "policy/v1", n, spec={"minAvailable": 1}),
         _set("spec.minAvailable", [1])),
