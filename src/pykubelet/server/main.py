@@ -1,4 +1,4 @@
-"""``pykubelet server``: the dev control plane (API server + scheduler + node lifecycle).
+"""``pykubelet server``: the dev control plane (API server + scheduler + node lifecycle + PV controller).
 
 Start-up order mirrors a kubeadm control plane: PKI and the admin credentials first, then storage
 and the namespaces every cluster has, then the HTTPS listener, then the controllers (each an
@@ -38,6 +38,7 @@ from pykubelet.server.app import ApiHttp
 from pykubelet.server.auth import PKI, Authorizer, TokenAuth, ensure_admin, node_kubeconfig
 from pykubelet.server.encryption import EncryptionConfigError, ResourceTransformers, load_config
 from pykubelet.server.nodelifecycle import NodeLifecycleController
+from pykubelet.server.persistentvolume import PersistentVolumeController
 from pykubelet.server.registry import Registry
 from pykubelet.server.scheduler import Scheduler
 from pykubelet.server.storage import Storage, StorageError, secure_dir
@@ -65,13 +66,16 @@ class ServerHandle:
         return node_kubeconfig(self.data_dir, node_name, self.url)
 
 
-CONTROLLERS = ("scheduler", "node-lifecycle")
+CONTROLLERS = ("scheduler", "node-lifecycle", "persistentvolume")
 
 
-def _make_controller(name: str, api: ApiClient, kw: dict[str, Any]) -> Scheduler | NodeLifecycleController:
+def _make_controller(name: str, api: ApiClient,
+                     kw: dict[str, Any]) -> Scheduler | NodeLifecycleController | PersistentVolumeController:
     """One controller, configured from ``controller_kwargs``."""
     if name == "scheduler":
         return Scheduler(api, **{k: kw[k] for k in ("retry_interval",) if k in kw})
+    if name == "persistentvolume":
+        return PersistentVolumeController(api, base_dir=Path(kw["local_path_dir"]))
     return NodeLifecycleController(
         api, **{k: kw[k] for k in ("grace_period", "monitor_period", "eviction_timeout") if k in kw})
 
@@ -101,11 +105,13 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
                      default_not_ready_toleration_seconds: int = 300,
                      default_unreachable_toleration_seconds: int = 300,
                      encryption_provider_config: str | Path | None = None,
-                     min_request_timeout: int = 1800) -> AsyncIterator[ServerHandle]:
+                     min_request_timeout: int = 1800,
+                     local_path_dir: str | Path | None = None) -> AsyncIterator[ServerHandle]:
     """Run the API server in this event loop.  ``port=0`` picks a free port.
 
     ``controller_kwargs``: ``grace_period``, ``monitor_period``, ``eviction_timeout`` (node
-    lifecycle) and ``retry_interval`` (scheduler).  Raises :class:`EncryptionConfigError` or
+    lifecycle) and ``retry_interval`` (scheduler).  ``local_path_dir``: where the local-path
+    provisioner makes volumes (default ``<data_dir>/local-path``).  Raises :class:`EncryptionConfigError` or
     :class:`StorageError` before serving when the encryption config or the stored data is unusable.
     """
     d = Path(data_dir)
@@ -127,6 +133,7 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
     registry = Registry(store, pki, tokens, authorizer)
     registry.default_not_ready_toleration_seconds = default_not_ready_toleration_seconds
     registry.default_unreachable_toleration_seconds = default_unreachable_toleration_seconds
+    registry.storage_protection = controllers
     registry.bootstrap()
     http = ApiHttp(registry, pki, tokens, authorizer, version_minor=version_minor,
                    insecure_admin=insecure_port is not None, bookmark_interval=bookmark_interval,
@@ -150,9 +157,11 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
     admin_token, kubeconfig = ensure_admin(d, url)
     handle = ServerHandle(url, kubeconfig, admin_token, d, pki.ca_crt, insecure_url, registry, http)
     if controllers:
+        kw = {"local_path_dir": Path(local_path_dir) if local_path_dir else d / "local-path",
+              **(controller_kwargs or {})}
         for name in CONTROLLERS:
             handle.controllers.append(asyncio.create_task(
-                _run_controller(name, url, admin_token, pki.ca_crt, controller_kwargs or {}), name=name))
+                _run_controller(name, url, admin_token, pki.ca_crt, kw), name=name))
     log.info("API server listening on %s", url)
     try:
         yield handle
@@ -203,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "resources at rest: providers aesgcm, secretbox, identity")
     p.add_argument("--min-request-timeout", type=int, default=1800, metavar="SECONDS",
                    help="a watch lasts a random time between this and twice this (upstream's flag)")
+    p.add_argument("--local-path-dir", default=None, metavar="DIR",
+                   help="where the built-in local-path provisioner makes PersistentVolumes of the "
+                        "'standard' StorageClass (default: <data-dir>/local-path); the agent must see "
+                        "the same path (it does in the all-in-one)")
     p.add_argument("--no-controllers", action="store_true", help="run the API server only")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -227,6 +240,7 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         "default_unreachable_toleration_seconds": args.default_unreachable_toleration_seconds,
         "encryption_provider_config": args.encryption_provider_config,
         "min_request_timeout": args.min_request_timeout,
+        "local_path_dir": args.local_path_dir,
     }
 
 

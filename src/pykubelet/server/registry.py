@@ -112,6 +112,9 @@ class Registry:
         self.authorizer = authorizer
         self._tasks: set[asyncio.Task[Any]] = set()
         tokens.claims_validator = self.validate_sa_claims
+        # StorageObjectInUseProtection admission: only when the controller that removes the
+        # finalizers again runs (run_server with controllers), else claims could never go.
+        self.storage_protection = False
         # DefaultTolerationSeconds admission (kube-apiserver --default-*-toleration-seconds).
         self.default_not_ready_toleration_seconds = 300
         self.default_unreachable_toleration_seconds = 300
@@ -402,6 +405,12 @@ class Registry:
         elif ri.resource == "persistentvolumes":
             obj["status"] = {}
             storagevalidation.default_pv(obj)
+        if self.storage_protection and ri.resource in ("persistentvolumes", "persistentvolumeclaims"):
+            fin = "kubernetes.io/pv-protection" if ri.resource == "persistentvolumes" else "kubernetes.io/pvc-protection"
+            if isinstance(meta.get("finalizers"), list) and fin not in meta["finalizers"]:
+                meta["finalizers"].append(fin)
+            elif meta.get("finalizers") is None:
+                meta["finalizers"] = [fin]
         elif ri.resource == "storageclasses":
             storagevalidation.default_storage_class(obj)
         elif ri.resource == "secrets":

@@ -23,6 +23,12 @@ Upstream behaviour followed (pkg/scheduler/framework/plugins, pkg/scheduler/sche
   controller would add;
 - requests from ``podutil.pod_requests`` (init containers, sidecars, overhead); pods already
   bound and not terminal count against allocatable;
+- VolumeBinding (``pkg/scheduler/framework/plugins/volumebinding``): PreFilter refuses pods whose
+  claim is missing (``persistentvolumeclaim "x" not found``), being deleted, or unbound in a class
+  that binds Immediately; Filter keeps a pod with bound claims to nodes its volumes' node affinity
+  admits ("node(s) had volume node affinity conflict"); PreBind writes the chosen node into
+  unbound WaitForFirstConsumer claims (``volume.kubernetes.io/selected-node``, which the
+  provisioner reads) and binds the pod only once all its claims are Bound;
 - LeastAllocated scoring over cpu and memory with the non-zero defaults 100m / 200Mi;
 - FitError text "0/N nodes are available: <count> <reason>, ... ." with reasons sorted,
   "no nodes available to schedule pods" when there are none; PodScheduled=False reason
@@ -61,11 +67,19 @@ REASON_NODE_NAME = "node(s) didn't match the requested node name"
 REASON_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 REASON_PORTS = "node(s) didn't have free ports for the requested pod ports"
 REASON_TOO_MANY_PODS = "Too many pods"
+REASON_VOLUME_AFFINITY = "node(s) had volume node affinity conflict"
+REASON_PV_NOT_FOUND = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
 NO_NODES = "no nodes available to schedule pods"
 
 DEFAULT_MILLI_CPU = Decimal("0.1")
 DEFAULT_MEMORY = Decimal(200 * 1024 * 1024)
 RETRY_INTERVAL = 10.0
+
+
+# What the VolumeBinding plugin watches (path -> namespaced)
+_VOLUME_PATHS = {"/api/v1/persistentvolumeclaims": True, "/api/v1/persistentvolumes": False,
+                 "/apis/storage.k8s.io/v1/storageclasses": False}
 
 
 class SchedulerApi(Protocol):
@@ -232,7 +246,7 @@ def resource_failures(pod: Obj, node: Obj, node_pods: list[Obj]) -> list[str]:
     return reasons
 
 
-def filter_node(pod: Obj, node: Obj, node_pods: list[Obj]) -> list[str]:
+def filter_node(pod: Obj, node: Obj, node_pods: list[Obj], vols: VolumeState | None = None) -> list[str]:
     """Reasons the node is infeasible (empty list: it fits), first failing plugin only."""
     tolerations = [t for t in _spec(pod).get("tolerations") or [] if isinstance(t, dict)]
     if _spec(node).get("unschedulable"):
@@ -249,7 +263,10 @@ def filter_node(pod: Obj, node: Obj, node_pods: list[Obj]) -> list[str]:
         return [REASON_AFFINITY]
     if ports_conflict(pod, node_pods):
         return [REASON_PORTS]
-    return resource_failures(pod, node, node_pods)
+    fails = resource_failures(pod, node, node_pods)
+    if fails or vols is None:
+        return fails
+    return volume_filter(pod, node, vols)
 
 
 def _nonzero_requests(pods: Iterable[Obj]) -> tuple[Decimal, Decimal]:
@@ -276,7 +293,78 @@ def score_node(pod: Obj, node: Obj, node_pods: list[Obj]) -> int:
     return sum(scores) // len(scores)
 
 
-def fit_error_message(num_nodes: int, reasons: dict[str, int]) -> str:
+@dataclass
+class VolumeState:
+    """The claims, volumes and classes the VolumeBinding plugin reads (keys: "ns/name", name, name)."""
+
+    pvcs: dict[str, Obj] = field(default_factory=dict)
+    pvs: dict[str, Obj] = field(default_factory=dict)
+    classes: dict[str, Obj] = field(default_factory=dict)
+
+
+def pod_claims(pod: Obj) -> list[str]:
+    return [str(v["persistentVolumeClaim"].get("claimName") or "") for v in _spec(pod).get("volumes") or []
+            if isinstance(v, dict) and isinstance(v.get("persistentVolumeClaim"), dict)]
+
+
+def volume_prefilter(pod: Obj, vols: VolumeState) -> str | None:
+    """VolumeBinding PreFilter: a missing or deleting claim, or an unbound claim of an Immediate
+    class, makes the pod unschedulable everywhere (upstream's messages)."""
+    ns = _meta(pod).get("namespace", "")
+    for claim in pod_claims(pod):
+        pvc = vols.pvcs.get(f"{ns}/{claim}")
+        if pvc is None:
+            return f'persistentvolumeclaim "{claim}" not found'
+        if _meta(pvc).get("deletionTimestamp"):
+            return f'persistentvolumeclaim "{claim}" is being deleted'
+        if not _spec(pvc).get("volumeName"):
+            sc = vols.classes.get(str(_spec(pvc).get("storageClassName") or ""))
+            if sc is None or sc.get("volumeBindingMode") != "WaitForFirstConsumer":
+                return "pod has unbound immediate PersistentVolumeClaims"
+    return None
+
+
+def volume_filter(pod: Obj, node: Obj, vols: VolumeState) -> list[str]:
+    """VolumeBinding Filter: bound claims' volumes must admit the node (node affinity); an unbound
+    claim already promised to another node (selected-node) excludes this one."""
+    ns = _meta(pod).get("namespace", "")
+    name = _meta(node).get("name", "")
+    for claim in pod_claims(pod):
+        pvc = vols.pvcs.get(f"{ns}/{claim}") or {}
+        vol = _spec(pvc).get("volumeName")
+        if vol:
+            pv = vols.pvs.get(str(vol))
+            if pv is None:
+                return [REASON_PV_NOT_FOUND]
+            terms = ((_spec(pv).get("nodeAffinity") or {}).get("required") or {}).get("nodeSelectorTerms")
+            if terms and not match_node_selector_terms(terms, node):
+                return [REASON_VOLUME_AFFINITY]
+        else:
+            selected = (_meta(pvc).get("annotations") or {}).get(SELECTED_NODE)
+            if selected and selected != name:
+                return [REASON_VOLUME_AFFINITY]
+    return []
+
+
+def claims_to_select(pod: Obj, node_name: str, vols: VolumeState) -> tuple[list[str], bool]:
+    """VolumeBinding PreBind: (unbound claims to annotate with the chosen node, whether any claim
+    is still unbound, i.e. the pod must wait for its volumes before it is bound)."""
+    ns = _meta(pod).get("namespace", "")
+    annotate: list[str] = []
+    waiting = False
+    for claim in pod_claims(pod):
+        pvc = vols.pvcs.get(f"{ns}/{claim}") or {}
+        if _spec(pvc).get("volumeName") and (pvc.get("status") or {}).get("phase") == "Bound":
+            continue
+        waiting = True
+        if (_meta(pvc).get("annotations") or {}).get(SELECTED_NODE) != node_name and not _spec(pvc).get("volumeName"):
+            annotate.append(claim)
+    return annotate, waiting
+
+
+def fit_error_message(num_nodes: int, reasons: dict[str, int], prefilter: str | None = None) -> str:
+    if prefilter is not None:
+        return f"0/{num_nodes} nodes are available: {prefilter}."
     if num_nodes == 0:
         return NO_NODES
     parts = sorted(f"{n} {r}" for r, n in reasons.items())
@@ -299,15 +387,19 @@ def pods_by_node(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
     return out
 
 
-def schedule(pod: Obj, nodes: list[Obj], pods: Iterable[Obj]) -> Decision:
+def schedule(pod: Obj, nodes: list[Obj], pods: Iterable[Obj], vols: VolumeState | None = None) -> Decision:
     """Pick the best feasible node (ties broken by name) or explain why none fits."""
+    if vols is not None and nodes:
+        pre = volume_prefilter(pod, vols)
+        if pre is not None:
+            return Decision(None, fit_error_message(len(nodes), {}, pre))
     by_node = pods_by_node(pods)
     reasons: dict[str, int] = {}
     best: tuple[int, str] | None = None
     for node in sorted(nodes, key=lambda n: str(_meta(n).get("name", ""))):
         name = str(_meta(node).get("name", ""))
         node_pods = by_node.get(name, [])
-        fails = filter_node(pod, node, node_pods)
+        fails = filter_node(pod, node, node_pods, vols)
         if fails:
             for r in fails:
                 reasons[r] = reasons.get(r, 0) + 1
@@ -357,6 +449,8 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._synced_paths: set[str] = set()
         self.synced = asyncio.Event()
+        self.volumes = VolumeState()
+        self._waiting_volumes: set[str] = set()  # pods placed, waiting for their claims to bind
 
     # cache maintenance -----------------------------------------------------------------------
 
@@ -397,6 +491,17 @@ class Scheduler:
             if old is not None and not is_terminal(old) and is_terminal(pod):
                 self._requeue_unschedulable()
 
+    def _volume_handler(self, cache: dict[str, Obj], namespaced: bool) -> Any:
+        def handle(etype: str, obj: Obj) -> None:
+            m = _meta(obj)
+            key = f"{m.get('namespace', '')}/{m.get('name', '')}" if namespaced else str(m.get("name", ""))
+            if etype == "DELETED":
+                cache.pop(key, None)
+            else:
+                cache[key] = obj
+            self._requeue_unschedulable()  # a claim, volume or class appearing may unblock pods
+        return handle
+
     def on_node_event(self, etype: str, node: Obj) -> None:
         name = str(_meta(node).get("name", ""))
         if etype == "DELETED":
@@ -427,9 +532,19 @@ class Scheduler:
 
     async def schedule_one(self, pod: Obj) -> Decision:
         key = self._key(pod)
-        decision = schedule(pod, list(self.nodes.values()), self.pods.values())
+        decision = schedule(pod, list(self.nodes.values()), self.pods.values(), self.volumes)
         meta = _meta(pod)
         ns, name = meta.get("namespace", "default"), meta.get("name", "")
+        if decision.node is not None and pod_claims(pod):
+            annotate, waiting = claims_to_select(pod, decision.node, self.volumes)
+            for claim in annotate:  # WaitForFirstConsumer: tell the provisioner where the pod goes
+                await self.api.patch(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}",
+                                     {"metadata": {"annotations": {SELECTED_NODE: decision.node}}})
+            if waiting:  # PreBind waits for the claims to be bound before the pod is
+                self._unschedulable[key] = ""
+                self._waiting_volumes.add(key)
+                return Decision(None, "", {})
+        self._waiting_volumes.discard(key)
         if decision.node is None:
             first = self._unschedulable.get(key) != decision.message
             self._unschedulable[key] = decision.message
@@ -521,7 +636,7 @@ class Scheduler:
                     seen.add(self._key(item))
                 self._forget_missing(path, seen)
                 self._synced_paths.add(path)
-                if len(self._synced_paths) == 2:
+                if len(self._synced_paths) == 2 + len(_VOLUME_PATHS):
                     self.synced.set()
                 self._wake.set()
                 rv = (lst.get("metadata") or {}).get("resourceVersion")
@@ -535,7 +650,20 @@ class Scheduler:
                 log.info("watch %s ended: %s; relisting", path, e)
                 await asyncio.sleep(1.0)
 
+    def _volume_cache(self, path: str) -> dict[str, Obj]:
+        if path.endswith("persistentvolumeclaims"):
+            return self.volumes.pvcs
+        if path.endswith("persistentvolumes"):
+            return self.volumes.pvs
+        return self.volumes.classes
+
     def _forget_missing(self, path: str, seen: set[str]) -> None:
+        if path in _VOLUME_PATHS:
+            cache = self._volume_cache(path)
+            for key in list(cache):
+                if key not in seen and f"/{key}" not in seen:
+                    cache.pop(key, None)
+            return
         if path.endswith("/nodes"):
             for name in list(self.nodes):
                 if f"/{name}" not in seen:
@@ -550,6 +678,9 @@ class Scheduler:
             asyncio.create_task(self._reflect("/api/v1/nodes", self.on_node_event)),
             asyncio.create_task(self._reflect("/api/v1/pods", self.on_pod_event)),
         ]
+        for path, namespaced in _VOLUME_PATHS.items():
+            tasks.append(asyncio.create_task(self._reflect(path, self._volume_handler(self._volume_cache(path),
+                                                                                        namespaced))))
         try:
             while True:
                 # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation.
