@@ -37,6 +37,7 @@ from .nodestatus import NodeStatusManager
 from .server import KubeletServer
 from .sources import ApiServerSource, FileSource, PodConfig
 from .types import PodUpdate
+from .volumemanager import Mounter
 
 log = logging.getLogger("pykubelet.agent")
 
@@ -84,7 +85,8 @@ def _stopper(name: str, stop: Callable[[], Awaitable[None]], timeout: float = 10
 
 
 async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
-                    install_signals: bool = True, runtime: CRIClient | None = None) -> int:
+                    install_signals: bool = True, runtime: CRIClient | None = None,
+                    volume_mounter: Mounter | None = None) -> int:
     """Run the agent until ``stop`` is set (or a signal arrives); returns the exit code.
 
     ``install_signals=False`` lets one process run several agents (hollow nodes) whose owner handles
@@ -120,7 +122,8 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
         if not await _connect_runtime(runtime, stop):
             return 0
         updates: asyncio.Queue[PodUpdate] = asyncio.Queue()
-        kubelet = Kubelet(options=options, api=api, runtime=runtime, recorder=recorder, updates=updates)
+        kubelet = Kubelet(options=options, api=api, runtime=runtime, recorder=recorder, updates=updates,
+                          volume_mounter=volume_mounter)
         await kubelet.start()
         stack.push_async_callback(_stopper("kubelet", kubelet.stop))
 

@@ -300,6 +300,7 @@ class HollowNodes:
     async def _supervise(self, node: HollowNode, options: Any) -> None:
         from pykubelet.agent import metrics
         from pykubelet.agent.main import run_agent
+        from pykubelet.agent.volumemanager.mounter import SystemMounter, TmpfsMode
         from pykubelet.fakecri.inprocess import InProcessCRIClient
 
         backoff = Backoff()
@@ -310,7 +311,10 @@ class HollowNodes:
                 runtime = InProcessCRIClient(node.runtime, node.endpoint, observer=metrics.cri_observer,
                                              timeout=options.config.runtime_request_timeout)
             try:
-                rc = await run_agent(options, node.stop, install_signals=False, runtime=runtime)
+                # like kubemark's fake mounter: a hollow node never mounts tmpfs on the host (its
+                # secret and token volumes are plain directories, nothing is left after it stops)
+                rc = await run_agent(options, node.stop, install_signals=False, runtime=runtime,
+                                     volume_mounter=SystemMounter(TmpfsMode.PLAIN_DIRS))
                 if node.stop.is_set():
                     return
                 why = f"exited with code {rc}"
