@@ -41,8 +41,13 @@ from scale_common import (
     ControlPlane,
     Sampler,
     list_rv,
+    print_profile,
     spawn,
+    start_py_spy,
     stop_process,
+    stop_py_spy,
+    summarize_profile,
+    unmount_under,
     watch_until,
 )
 
@@ -114,7 +119,8 @@ async def wait_nodes_ready(cp: ControlPlane, n: int, within: float = 300) -> flo
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="pkhb-", dir="/tmp"))
     total = args.nodes * args.pods_per_node
-    result: dict[str, Any] = {"nodes": args.nodes, "pods_per_node": args.pods_per_node, "pods": total}
+    result: dict[str, Any] = {"nodes": args.nodes, "pods_per_node": args.pods_per_node, "pods": total,
+                              "prebound": args.prebound}
     cp = ControlPlane(tmp / "cp")
     hollow = None
     try:
@@ -138,6 +144,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         path = f"/api/v1/namespaces/{NAMESPACE}/pods"
         names = [f"hollow-pod-{i:05d}" for i in range(total)]
+
+        def make_pod(name: str, i: int) -> dict[str, Any]:
+            pod = pod_manifest(name)
+            if args.prebound:  # round-robin: the hollow nodes and the API without the scheduler
+                pod["spec"]["nodeName"] = f"hollow-{i % args.nodes}"
+            return pod
+
         rv = await list_rv(api, path)
         last = [time.monotonic()]
 
@@ -149,9 +162,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         waiter = asyncio.create_task(watch_until(api, path, set(names), rv, pod_running, progress=progress))
         await asyncio.sleep(0)
         sampler = Sampler(pids).start()
+        spies = {}
+        if args.profile:  # the first --profile seconds of the run, server and hollow process
+            spies = {k: (await start_py_spy(pid, tmp / f"{k}.txt", rate=50), tmp / f"{k}.txt") for k, pid in pids.items()}
         t0 = time.monotonic()
-        await gather_limited(total, lambda i: api.create(path, pod_manifest(names[i])))
+        await gather_limited(total, lambda i: api.create(path, make_pod(names[i], i)))
         result["all_created_s"] = round(time.monotonic() - t0, 2)
+        if spies:
+            await asyncio.wait([waiter], timeout=max(0.0, args.profile - (time.monotonic() - t0)))
+            took = time.monotonic() - t0
+            result["profile"] = {}
+            for k, (spy, out) in spies.items():
+                if await stop_py_spy(spy, out) is not None:
+                    result["profile"][k] = summarize_profile(out, took, rate=50, top=25, share=True)
         seen = await waiter
         result["all_running_s"] = round(max(seen.values()) - t0, 2)
         result["median_running_s"] = round(sorted(seen.values())[len(seen) // 2] - t0, 2)
@@ -175,6 +198,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await stop_process(hollow, "hollow", grace=60)
         await cp.stop()
+        await asyncio.to_thread(unmount_under, tmp)  # none expected: hollow volumes are plain folders
         shutil.rmtree(tmp, ignore_errors=True)
     return result
 
@@ -182,7 +206,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def report(r: dict[str, Any]) -> None:
     if "all_running_s" not in r:
         return
-    print(f"\n== {r['nodes']} hollow nodes x {r['pods_per_node']} pods through the scheduler ==")
+    how = "pre-bound (no scheduler)" if r.get("prebound") else "through the scheduler"
+    print(f"\n== {r['nodes']} hollow nodes x {r['pods_per_node']} pods {how} ==")
     print(f"API floor, create + bind + status for {r['pods']} pods (baseline): {r['api_floor_s']:.2f} s")
     print(f"hollow nodes Ready after {r['nodes_ready_s']:.1f} s")
     print(f"pods: all created {r['all_created_s']:.2f} s, median Running {r['median_running_s']:.2f} s, "
@@ -195,6 +220,9 @@ def report(r: dict[str, Any]) -> None:
         for name, v in r.get(phase, {}).items():
             print(f"{label:>15} ({v['seconds']:.0f} s), {name}: CPU {v['cpu_pct']:.1f} % of one core, "
                   f"RSS max {v['rss_max_mb']:.0f} MB")
+    for name, summary in r.get("profile", {}).items():
+        print(f"profile of the {name} process during the run:")
+        print_profile(summary)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pods-per-node", type=int, default=30)
     p.add_argument("--hold", type=float, default=30.0)
     p.add_argument("--settle", type=float, default=10.0, help="seconds to wait, then to sample, idle nodes")
+    p.add_argument("--profile", type=float, default=0.0, metavar="S",
+                   help="py-spy the server and the hollow process over the first S seconds of the run")
+    p.add_argument("--prebound", action="store_true",
+                   help="create the pods with spec.nodeName set (round-robin): leaves the scheduler out")
     p.add_argument("--quick", action="store_true", help="10 nodes x 5 pods, hold 5 s")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)

@@ -39,7 +39,15 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import _port_open, free_port, log, pod_manifest, save_json
-from scale_common import ControlPlane, spawn, stop_process
+from scale_common import (
+    ControlPlane,
+    print_profile,
+    spawn,
+    start_py_spy,
+    stop_process,
+    stop_py_spy,
+    summarize_profile,
+)
 
 TARGET_MS = 200.0
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -125,6 +133,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await timed_get(s, floor_url, "application/json")
             floor_s, _ = await median_of(args.runs, lambda: timed_get(s, floor_url, "application/json"))
 
+            if args.profile:  # where the server's time goes, per list kind (outside the timed runs)
+                result["profile"] = {}
+                for kind, accept in (("json", "application/json"), ("table", TABLE)):
+                    out = tmp / f"server-{kind}.txt"
+                    spy = await start_py_spy(cp.pid, out)
+                    t0 = time.monotonic()
+                    for _ in range(args.profile):
+                        await timed_get(s, url, accept)
+                    took = time.monotonic() - t0
+                    if await stop_py_spy(spy, out) is not None:
+                        result["profile"][kind] = summarize_profile(out, took, top=20, share=True)
+
         result.update({
             "json_ms": round(json_s * 1000, 1), "table_ms": round(table_s * 1000, 1),
             "paged_table_ms": round(paged_s * 1000, 1), "floor_ms": round(floor_s * 1000, 1),
@@ -155,6 +175,9 @@ def report(r: dict[str, Any]) -> None:
     print(f"Table list: {r['table_ms']:.1f} ms ({r['table_bytes'] / 1e6:.1f} MB) = {r['table_ratio']:.2f}x the floor "
           f"(goal <= {TARGET_MS:.0f} ms: {'MET' if t['table'] else 'NOT MET'})")
     print(f"kubectl-style Table pages of 500: {r['paged_table_ms']:.1f} ms in all; creates {r['create_per_s']}/s")
+    for kind, summary in r.get("profile", {}).items():
+        print(f"server profile while serving {kind} lists:")
+        print_profile(summary)
 
 
 def serve_floor(body_file: str, port: int, cert: str, key: str) -> None:
@@ -176,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pods", type=int, default=10000)
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="afterwards, py-spy the server over N more lists of each kind")
     p.add_argument("--quick", action="store_true", help="1,000 pods, 3 runs")
     p.add_argument("--json", default=None)
     p.add_argument("--serve-floor", nargs=4, metavar=("FILE", "PORT", "CERT", "KEY"), help=argparse.SUPPRESS)

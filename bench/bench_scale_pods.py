@@ -52,6 +52,7 @@ from scale_common import (
     start_fakecri,
     stop_process,
     summarize_profile,
+    unmount_under,
     watch_until,
 )
 
@@ -181,6 +182,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await cp.stop()
         await stop_process(fake, "fakecri")
         await stop_process(raw_fake, "raw fakecri")
+        n = await asyncio.to_thread(unmount_under, tmp)  # the pods' token volumes (tmpfs)
+        if n:
+            log(f"unmounted {n} pod volumes")
         shutil.rmtree(tmp, ignore_errors=True)
     return result
 

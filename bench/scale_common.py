@@ -67,6 +67,21 @@ async def stop_process(proc: subprocess.Popen[bytes] | None, name: str, grace: f
     log(f"{name} stopped (pid {proc.pid})")
 
 
+def unmount_under(root: Path) -> int:
+    """Unmount every mount below ``root``, deepest first; returns how many. An agent stopped with its
+    pods still running keeps their volumes mounted (secret and service-account token tmpfs, as
+    upstream), so a benchmark that ends without deleting its pods calls this before removing its folder."""
+    from pykubelet.agent.volumemanager.mounter import SystemMounter, read_mountinfo
+
+    prefix = str(root.resolve()) + os.sep
+    targets = sorted({m.path for m in read_mountinfo() if m.path.startswith(prefix)}, key=len, reverse=True)
+    mounter = SystemMounter()
+    for t in targets:
+        with contextlib.suppress(OSError):
+            mounter.unmount(t)
+    return len(targets)
+
+
 async def start_fakecri(sock: Path, log_path: Path) -> subprocess.Popen[bytes]:
     proc = spawn([sys.executable, "-m", "pykubelet", "fakecri", "--listen", f"unix://{sock}"], log_path)
     for _ in range(200):
@@ -232,20 +247,37 @@ def py_spy_path() -> str | None:
     return str(venv) if venv.exists() else shutil.which("py-spy")
 
 
-async def py_spy(pid: int, seconds: float, out: Path, rate: int = 100) -> Path | None:
-    """Record ``seconds`` of ``pid`` with py-spy (collapsed stacks); None when py-spy is missing."""
+async def start_py_spy(pid: int, out: Path, rate: int = 100) -> asyncio.subprocess.Process | None:
+    """Start sampling ``pid`` (GIL-holding samples only: the process's Python CPU) until
+    :func:`stop_py_spy`; None when py-spy is missing. Blocking mode (the process is paused for each
+    sample): ``--nonblocking`` with ``--gil`` was seen to miss two thirds of the samples."""
     exe = py_spy_path()
     if exe is None:
         log("py-spy not installed (.venv/bin/pip install py-spy); no profile")
         return None
     proc = await asyncio.create_subprocess_exec(
-        exe, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", str(rate), "-f", "raw", "-o", str(out),
-        "--nonblocking", stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        exe, "record", "-p", str(pid), "-r", str(rate), "--gil", "-f", "raw", "-o", str(out),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    await asyncio.sleep(0.5)  # attached
+    return proc
+
+
+async def stop_py_spy(proc: asyncio.subprocess.Process | None, out: Path) -> Path | None:
+    if proc is None:
+        return None
+    proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
     _, err = await proc.communicate()
-    if proc.returncode != 0 or not await asyncio.to_thread(os.path.exists, out):
+    if not await asyncio.to_thread(os.path.exists, out):
         log(f"py-spy failed: {err.decode(errors='replace')[-500:]}")
         return None
     return out
+
+
+async def py_spy(pid: int, seconds: float, out: Path, rate: int = 100) -> Path | None:
+    """``seconds`` of ``pid`` sampled with py-spy (collapsed stacks); None when py-spy is missing."""
+    proc = await start_py_spy(pid, out, rate)
+    await asyncio.sleep(seconds)
+    return await stop_py_spy(proc, out)
 
 
 def _short(frame: str) -> str:
@@ -261,25 +293,44 @@ def _short(frame: str) -> str:
     return f"{name} ({path})" if where else name
 
 
-def summarize_profile(path: Path, seconds: float, rate: int = 100, top: int = 25) -> dict[str, list[tuple[str, float]]]:
-    """Top functions by self and by inclusive time, as % of one core (py-spy counts active samples)."""
+_PLUMBING = ("(asyncio/runners.py)", "(asyncio/base_events.py)", "(asyncio/events.py)", "(<frozen runpy>)",
+             "(pykubelet/__main__.py)", "(pykubelet/cli.py)", "(threading.py)", "main (pykubelet/")
+
+
+def _plumbing(frame: str) -> bool:
+    """Frames on (nearly) every stack: the interpreter, the event loop, ``main``."""
+    return any(p in frame for p in _PLUMBING)
+
+
+def summarize_profile(path: Path, seconds: float, rate: int = 100, top: int = 25, *,
+                      share: bool = False) -> dict[str, Any]:
+    """Top functions by self and by inclusive time: % of one core over ``seconds`` (py-spy keeps
+    only samples where a thread held the GIL), or with ``share`` % of all samples (where the
+    process's Python CPU went, whatever its level)."""
     own: collections.Counter[str] = collections.Counter()
     incl: collections.Counter[str] = collections.Counter()
+    total = 0
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
+        total += int(count)
         frames = [_short(f) for f in stack.split(";")]
         own[frames[-1]] += int(count)
         for f in set(frames):
-            incl[f] += int(count)
-    cap = seconds * rate / 100.0
-    return {"self": [(k, round(n / cap, 2)) for k, n in own.most_common(top)],
+            if not _plumbing(f):
+                incl[f] += int(count)
+    cap = (total if share else seconds * rate) / 100.0 or 1.0
+    return {"unit": "% of samples" if share else "% of one core",
+            "total": round(total / (seconds * rate / 100.0), 1),
+            "self": [(k, round(n / cap, 2)) for k, n in own.most_common(top)],
             "inclusive": [(k, round(n / cap, 2)) for k, n in incl.most_common(top)]}
 
 
-def print_profile(summary: dict[str, list[tuple[str, float]]]) -> None:
+def print_profile(summary: dict[str, Any]) -> None:
+    unit = summary.get("unit", "% of one core")
+    print(f"  Python CPU while sampled: {summary.get('total', 0):.1f} % of one core")
     for kind in ("self", "inclusive"):
-        print(f"  top functions by {kind} time (% of one core):")
+        print(f"  top functions by {kind} time ({unit}):")
         for name, pct in summary[kind]:
             print(f"    {pct:6.2f} %  {name}")

@@ -22,8 +22,9 @@ This module does the same with pykubelet's own agent:
 * **nothing global.** The agents share one generated KubeletConfiguration: no kubelet HTTP server
   (``enableServer: false``, so no port clashes; ``--kubelet-port-base P`` serves node *i* on P+i
   instead, with one shared self-signed certificate, for ``kubectl logs`` through the API server),
-  no pod cgroups (``cgroupsPerQOS: false``), root and pod-log folders under
-  ``<data-dir>/<node>/``. The sockets live in a short temporary folder (``sun_path`` is 108 bytes).
+  no pod cgroups (``cgroupsPerQOS: false``), pod volumes as plain folders (secret and token
+  volumes are never tmpfs mounts on the host, like kubemark's fake mounter), root and pod-log
+  folders under ``<data-dir>/<node>/``. The sockets live in a short temporary folder (``sun_path`` is 108 bytes).
 * **a crash never takes the others down.** An agent that fails is logged and started again after a
   back-off (the supervisor's policy); its fake runtime keeps its state, so the restarted agent
   re-adopts its pods from CRI labels like a restarted kubelet.
@@ -218,6 +219,8 @@ def setup_logging(verbosity: int, log_file: str | None) -> None:
     log.setLevel(logging.INFO)
     for noisy in ("aiohttp.access", "grpc", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Hollow volumes are plain folders on purpose (no tmpfs on the host): not worth a warning per pod.
+    logging.getLogger("pykubelet.agent.volumemanager.mounter").setLevel(logging.ERROR)
 
 
 class HollowNodes:

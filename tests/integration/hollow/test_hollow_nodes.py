@@ -68,6 +68,10 @@ def _log(path: Path) -> str:
     return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
 
+def _mounts() -> list[str]:
+    return Path("/proc/self/mountinfo").read_text().splitlines()
+
+
 def _ready(node: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (node.get("status") or {}).get("conditions") or [])
@@ -112,5 +116,6 @@ async def test_hollow_nodes_register_ready_and_run_pods_the_scheduler_places(
             assert got["status"]["containerStatuses"][0]["containerID"].startswith("fakecri://")
 
     assert proc.returncode == 0, _log(log)  # SIGTERM: a clean stop
+    assert not [line for line in _mounts() if str(tmp_path) in line]  # volumes were plain folders
     # Like stopped kubelets, the nodes stay registered (the node lifecycle controller marks them later).
     assert len((await api.list("/api/v1/nodes"))["items"]) == 3
