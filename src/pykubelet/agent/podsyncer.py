@@ -70,19 +70,25 @@ class PodDirectories:
 
     def __init__(self, root_dir: Path) -> None:
         self.base = root_dir / "pods"
+        self._made: set[str] = set()
 
     def _make(self, uid: str) -> None:
         for sub in ("volumes", "plugins", "containers"):
             (self.base / uid / sub).mkdir(parents=True, exist_ok=True)
 
     async def prepare_pod(self, pod: Pod) -> None:
+        uid = pod_uid(pod)
+        if uid in self._made:  # once per pod, not on every sync
+            return
         try:
-            await asyncio.to_thread(self._make, pod_uid(pod))
+            await asyncio.to_thread(self._make, uid)
+            self._made.add(uid)
         except OSError as e:
-            log.warning("pod dirs for %s: %s", pod_uid(pod), e)
+            log.warning("pod dirs for %s: %s", uid, e)
 
     async def release_pod(self, uid: str) -> None:
         """Kept until housekeeping removes them: the termination-message files live there."""
+        self._made.discard(uid)
 
 
 class PodSyncer:
