@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     quick = ["--quick"] if args.quick else []
     runs: list[tuple[Any, str, list[str]]] = [
-        (bench_scale_pods, "scale_pods", [*quick, "--settle", "5", "--profile", str(args.profile)]),
+        (bench_scale_pods, "scale_pods", [*quick, "--profile", str(args.profile),
+                                          "--profile-out", str(out / "agent-idle-profile.txt")]),
         (bench_probes, "probes", quick),
         (bench_hollow, "hollow", quick),
         (bench_list_pods, "list_pods", quick),

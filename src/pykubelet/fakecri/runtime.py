@@ -13,8 +13,10 @@ containerd 1.6 does, so the agent cannot tell the difference for the parts it re
 * Containers go CREATED → RUNNING → EXITED. Lifetime comes from the command line (see
   behaviour.py). Time-based exits are evaluated lazily on every RPC from a heap of planned exits
   (O(1) when none is due), so no timers/tasks exist per container and thousands of pods stay cheap.
-  The ``PodSandbox``/``Container`` messages of List* answers are built once per state, not per call
-  (a node relists every sandbox and container every second).
+  The ``PodSandbox``/``Container`` messages of List* answers are built once per state, not per call,
+  and a ListPodSandbox/ListContainers answer is reused while nothing changed (a ``generation``
+  counter moves on every call that is not read-only and on every exit): a node relists every
+  sandbox and container each second, hollow nodes do it a hundred times over in one process.
   StopContainer kills immediately (exit 137, reason "Error"); a natural exit 0 has reason
   "Completed", non-zero "Error", as in containerd.
 * CreateContainer requires the image to be present (containerd does not pull implicitly).
@@ -63,6 +65,13 @@ DEFAULT_IMAGES = (PAUSE_IMAGE, BUSYBOX_IMAGE)
 EXIT_KILLED = 137
 
 _POD_NETWORK = ipaddress.ip_network("198.18.0.0/15")
+
+# Calls that change nothing the List* answers show (everything else moves ``generation``).
+_READ_ONLY = frozenset({
+    "Version", "Status", "PodSandboxStatus", "ListPodSandbox", "ContainerStatus", "ListContainers",
+    "ExecSync", "ContainerStats", "ListContainerStats", "PodSandboxStats", "ListPodSandboxStats",
+    "ListImages", "ImageStatus", "ImageFsInfo", "ReopenContainerLog",
+})
 
 # grpc.aio.ServicerContext; grpc ships no type stubs, so keep it opaque for mypy.
 Context: TypeAlias = Any
@@ -262,6 +271,8 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
         self.runtime_ready = True
         self.network_ready = True
         self.calls: dict[str, int] = {}
+        self.generation = 0  # moves on every change of sandboxes or containers (see _run, _finish)
+        self._lists: dict[tuple[str, bytes], tuple[int, Any]] = {}  # (method, request) → (generation, answer)
         for ref in images:
             self.add_image(ref)
 
@@ -332,6 +343,7 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
                 self._finish(c, c.behaviour.exit_code, at=due)
 
     def _finish(self, c: FakeContainer, code: int, *, at: int | None = None, reason: str | None = None) -> None:
+        self.generation += 1
         self._pending.pop(c.id, None)
         if c.state != pb.CONTAINER_RUNNING:
             return
@@ -380,6 +392,8 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
 
     async def _run(self, name: str, context: Context, fn: Any, *args: Any) -> Any:
         self.calls[name] = self.calls.get(name, 0) + 1
+        if name not in _READ_ONLY:
+            self.generation += 1
         self._tick()
         try:
             return fn(*args)
@@ -460,8 +474,21 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
             return resp
         return await self._run("PodSandboxStatus", context, do)
 
+    def _cached_list(self, method: str, request: Any, build: Any) -> Any:
+        """The answer of an unchanged runtime to the same List* request is the same message (callers
+        only read it; over gRPC it is serialized anyway)."""
+        key = (method, request.SerializeToString())
+        hit = self._lists.get(key)
+        if hit is not None and hit[0] == self.generation:
+            return hit[1]
+        answer = build()
+        if len(self._lists) > 32:
+            self._lists.clear()
+        self._lists[key] = (self.generation, answer)
+        return answer
+
     async def ListPodSandbox(self, request: pb.ListPodSandboxRequest, context: Context) -> pb.ListPodSandboxResponse:
-        def do() -> pb.ListPodSandboxResponse:
+        def build() -> pb.ListPodSandboxResponse:
             f = request.filter if request.HasField("filter") else None
             if f is not None and f.id:
                 sb = self.sandboxes.get(f.id)
@@ -477,7 +504,7 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
                         continue
                 items.append(sb.to_pb())
             return pb.ListPodSandboxResponse(items=items)
-        return await self._run("ListPodSandbox", context, do)
+        return await self._run("ListPodSandbox", context, self._cached_list, "ListPodSandbox", request, build)
 
     async def CreateContainer(self, request: pb.CreateContainerRequest, context: Context) -> pb.CreateContainerResponse:
         def do() -> pb.CreateContainerResponse:
@@ -556,7 +583,7 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
         return await self._run("RemoveContainer", context, do)
 
     async def ListContainers(self, request: pb.ListContainersRequest, context: Context) -> pb.ListContainersResponse:
-        def do() -> pb.ListContainersResponse:
+        def build() -> pb.ListContainersResponse:
             f = request.filter if request.HasField("filter") else None
             if f is not None and f.id:
                 c0 = self.containers.get(f.id)
@@ -577,7 +604,7 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
                         continue
                 out.append(c.to_pb())
             return pb.ListContainersResponse(containers=out)
-        return await self._run("ListContainers", context, do)
+        return await self._run("ListContainers", context, self._cached_list, "ListContainers", request, build)
 
     async def ContainerStatus(self, request: pb.ContainerStatusRequest, context: Context) -> pb.ContainerStatusResponse:
         def do() -> pb.ContainerStatusResponse:

@@ -58,3 +58,19 @@ async def test_in_process_client_raises_the_runtimes_grpc_errors_as_cri_errors()
 def test_a_fake_runtime_pod_range_outside_the_pod_network_is_refused() -> None:
     with pytest.raises(ValueError, match=re.escape("not inside 198.18.0.0/15")):
         FakeRuntime(pod_cidr="10.0.0.0/24")
+
+
+async def test_container_lists_show_a_planned_exit_as_soon_as_it_is_due() -> None:
+    now = [1_700_000_000_000_000_000]
+    client = InProcessCRIClient(FakeRuntime(clock=lambda: now[0]))
+    scfg = sandbox_config("job", "u2")
+    sid = await client.run_pod_sandbox(scfg)
+    cfg = container_config("work")
+    cfg.command[:] = ["sh", "-c", "sleep 2; exit 3"]
+    cid = await client.create_container(sid, cfg, scfg)
+    await client.start_container(cid)
+    assert [c.state for c in await client.list_containers()] == [pb.CONTAINER_RUNNING]
+    assert [c.state for c in await client.list_containers()] == [pb.CONTAINER_RUNNING]  # unchanged, same answer
+    now[0] += 3 * 10**9
+    assert [c.state for c in await client.list_containers()] == [pb.CONTAINER_EXITED]
+    assert (await client.container_status(cid)).status.exit_code == 3
