@@ -57,11 +57,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from pykubelet.up.supervisor import Backoff
+
+if TYPE_CHECKING:  # imported when used: `pykubelet up` imports this module, and should not pay for grpc
+    import grpc.aio
+
+    from pykubelet.agent.config import AgentOptions
+    from pykubelet.fakecri import FakeRuntime
 
 log = logging.getLogger("pykubelet.hollow")
 
@@ -131,8 +137,8 @@ class HollowNode:
     dir: Path
     socket: Path
     stop: asyncio.Event = field(default_factory=asyncio.Event)
-    runtime: Any = None  # FakeRuntime
-    server: Any = None  # grpc.aio.Server, with --cri grpc
+    runtime: FakeRuntime | None = None
+    server: grpc.aio.Server | None = None  # with --cri grpc
     task: asyncio.Task[None] | None = None
     restarts: int = 0
 
@@ -268,7 +274,7 @@ class HollowNodes:
             self.nodes.append(HollowNode(name=name, index=i, pod_cidr=cidr, dir=d,
                                          socket=self.sock_dir / f"{i}.sock"))
 
-    def options_for(self, node: HollowNode) -> Any:
+    def options_for(self, node: HollowNode) -> AgentOptions:
         from pykubelet.agent.config import load_options
 
         a = self.args
@@ -300,7 +306,7 @@ class HollowNodes:
         log.info("%d hollow nodes started (%s … %s), data in %s", len(self.nodes), self.nodes[0].name,
                  self.nodes[-1].name, self.data_dir)
 
-    async def _supervise(self, node: HollowNode, options: Any) -> None:
+    async def _supervise(self, node: HollowNode, options: AgentOptions) -> None:
         from pykubelet.agent import metrics
         from pykubelet.agent.main import run_agent
         from pykubelet.agent.volumemanager.mounter import SystemMounter, TmpfsMode
@@ -310,7 +316,7 @@ class HollowNodes:
         while not node.stop.is_set():
             started = time.monotonic()
             runtime = None
-            if node.server is None:  # a fresh client per run: the agent closes its runtime on exit
+            if node.server is None and node.runtime is not None:  # a fresh client per run: the agent closes it
                 runtime = InProcessCRIClient(node.runtime, node.endpoint, observer=metrics.cri_observer,
                                              timeout=options.config.runtime_request_timeout)
             try:
