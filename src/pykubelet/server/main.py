@@ -34,6 +34,7 @@ from aiohttp import web
 
 from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient
+from pykubelet.server import controllers as kcm
 from pykubelet.server.app import ApiHttp
 from pykubelet.server.auth import PKI, Authorizer, TokenAuth, ensure_admin, node_kubeconfig
 from pykubelet.server.encryption import EncryptionConfigError, ResourceTransformers, load_config
@@ -66,12 +67,13 @@ class ServerHandle:
         return node_kubeconfig(self.data_dir, node_name, self.url)
 
 
-CONTROLLERS = ("scheduler", "node-lifecycle", "persistentvolume")
+CONTROLLERS = ("scheduler", "node-lifecycle", "persistentvolume", *kcm.names())
 
 
-def _make_controller(name: str, api: ApiClient,
-                     kw: dict[str, Any]) -> Scheduler | NodeLifecycleController | PersistentVolumeController:
-    """One controller, configured from ``controller_kwargs``."""
+def _make_controller(name: str, api: ApiClient, kw: dict[str, Any]) -> kcm.Runnable:
+    """One controller, configured from ``controller_kwargs`` (``server/controllers`` registry)."""
+    if name in kcm.REGISTRY:
+        return kcm.make(name, api, kw)
     if name == "scheduler":
         return Scheduler(api, **{k: kw[k] for k in ("retry_interval",) if k in kw})
     if name == "persistentvolume":

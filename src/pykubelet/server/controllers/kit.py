@@ -1,0 +1,497 @@
+"""The controller kit: informers, a rate-limited work queue, expectations, events and a runner.
+
+Every controller of the dev control plane is built the way upstream's kube-controller-manager
+controllers are (client-go ``tools/cache`` + ``util/workqueue``), and the way kopf runs one queue
+per object: *level-triggered*.  Watch events never carry the work; they only say "look at this
+object again".  A worker then reads the current state from the informer caches and makes the world
+match the spec.  Missing an event, handling one twice, or restarting therefore never loses work: the
+next look at the object sees the whole current state.
+
+Pieces (all asyncio, one loop, no threads):
+
+- :class:`Informer` — list then watch one collection path over
+  :class:`pykubelet.common.apiclient.ApiClient` into an in-memory cache keyed ``ns/name`` (``name``
+  for cluster-scoped objects), calling ``on_add(obj)`` / ``on_update(old, new)`` /
+  ``on_delete(obj)`` handlers.  A watch that ends with 410 Gone (resourceVersion too old) or any
+  error relists (after a short back-off for errors) and replays the difference against the cache as
+  add/update/delete calls, like client-go's Reflector + DeltaFIFO ``Replace``.  ``synced`` is set
+  after the first list (``HasSynced``).  Handlers must be cheap and must not await: they enqueue keys.
+- :class:`WorkQueue` — client-go's rate-limited queue semantics: a key is queued at most once
+  (dedup, the "dirty" set); a key being processed is never handed to a second worker, and if it is
+  added meanwhile it is processed again after ``done()``; ``add_after`` delays; ``add_rate_limited``
+  applies :class:`ItemExponentialFailureRateLimiter` (per-key ``base * 2**failures`` capped at
+  ``maximum``; 5 ms and 1000 s as upstream's ``DefaultControllerRateLimiter``), ``forget`` resets it.
+- :class:`Expectations` — upstream ``ControllerExpectations``: after issuing N creates/deletes a
+  controller waits until its informer has observed them (or a TTL passed) before it counts pods
+  again, so it does not create the same replicas twice while the watch catches up.
+- :class:`EventRecorder` — best-effort core/v1 Events with upstream's aggregation of repeats.
+- :class:`Controller` — the runner: informers + queue + ``workers`` coroutines calling
+  ``reconcile(key)``.  An exception re-queues the key rate-limited (logged); success ``forget``s
+  it; ``reconcile`` may return seconds after which the key is looked at again (``AddAfter``).
+  ``run()`` returns only by cancellation and stops every task it started before propagating it.
+
+A controller subclass declares its informers in ``__init__`` (``self.informer(path)``), wires
+handlers that call ``self.queue.add(key)``, and implements ``reconcile``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import random
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Protocol
+
+from pykubelet.common.apiclient import ApiError
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+AddHandler = Callable[[Obj], None]
+UpdateHandler = Callable[[Obj, Obj], None]
+DeleteHandler = Callable[[Obj], None]
+
+
+class Api(Protocol):
+    """The subset of ``ApiClient`` the kit and the controllers use."""
+
+    async def get(self, path: str, params: Any = None) -> Obj: ...
+    async def list(self, path: str, params: Any = None) -> Obj: ...
+    async def create(self, path: str, body: Obj, params: Any = None) -> Obj: ...
+    async def replace(self, path: str, body: Obj, params: Any = None) -> Obj: ...
+    async def patch(self, path: str, body: Any, patch_type: str = "merge", params: Any = None) -> Obj: ...
+    async def delete(self, path: str, body: Obj | None = None, params: Any = None) -> Obj: ...
+    def watch(self, path: str, *, resource_version: str | None = None, params: Any = None,
+              timeout_seconds: int | None = None) -> Any: ...
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def key_of(obj: Obj) -> str:
+    """``namespace/name`` or ``name`` (client-go ``MetaNamespaceKeyFunc``)."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    name = str(meta.get("name", ""))
+    return f"{ns}/{name}" if ns else name
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """``(namespace, name)``; namespace ``""`` for cluster-scoped keys."""
+    ns, _, name = key.rpartition("/")
+    return ns, name
+
+
+# --- informer -------------------------------------------------------------------------------
+
+
+class Informer:
+    """List+watch one collection into a cache, calling handlers for each change."""
+
+    def __init__(self, api: Api, path: str, *, params: dict[str, str] | None = None,
+                 error_backoff: float = 1.0, watch_timeout: tuple[int, int] = (300, 600)) -> None:
+        self.api = api
+        self.path = path
+        self.params = dict(params or {})
+        self.cache: dict[str, Obj] = {}
+        self.synced = asyncio.Event()
+        self.error_backoff = error_backoff
+        self.watch_timeout = watch_timeout
+        self._on_add: list[AddHandler] = []
+        self._on_update: list[UpdateHandler] = []
+        self._on_delete: list[DeleteHandler] = []
+        self.resource_version: str | None = None
+
+    def add_handlers(self, *, on_add: AddHandler | None = None, on_update: UpdateHandler | None = None,
+                     on_delete: DeleteHandler | None = None) -> None:
+        if on_add:
+            self._on_add.append(on_add)
+        if on_update:
+            self._on_update.append(on_update)
+        if on_delete:
+            self._on_delete.append(on_delete)
+
+    # cache reads ----------------------------------------------------------------------------
+
+    def get(self, key: str) -> Obj | None:
+        return self.cache.get(key)
+
+    def items(self, namespace: str | None = None) -> list[Obj]:
+        if namespace is None:
+            return list(self.cache.values())
+        prefix = namespace + "/"
+        return [o for k, o in self.cache.items() if k.startswith(prefix)]
+
+    # event application (also used by tests) ---------------------------------------------------
+
+    def _call(self, fns: Iterable[Callable[..., None]], *args: Obj) -> None:
+        for fn in fns:
+            try:
+                fn(*args)
+            except Exception:  # a handler bug must not stop the informer
+                log.exception("informer %s: handler failed", self.path)
+
+    def apply(self, etype: str, obj: Obj) -> None:
+        key = key_of(obj)
+        if etype == "DELETED":
+            old = self.cache.pop(key, None)
+            self._call(self._on_delete, old if old is not None else obj)
+            return
+        old = self.cache.get(key)
+        self.cache[key] = obj
+        if old is None:
+            self._call(self._on_add, obj)
+        else:
+            self._call(self._on_update, old, obj)
+
+    def replace(self, items: list[Obj]) -> None:
+        """A fresh list: objects missing from it are deleted, the others added/updated."""
+        fresh = {key_of(o): o for o in items}
+        for key in [k for k in self.cache if k not in fresh]:
+            self._call(self._on_delete, self.cache.pop(key))
+        for key, obj in fresh.items():
+            prev = self.cache.get(key)
+            self.cache[key] = obj
+            if prev is None:
+                self._call(self._on_add, obj)
+            else:
+                self._call(self._on_update, prev, obj)
+
+    async def run(self) -> None:
+        """List+watch forever (until cancelled); relist after 410 Gone and errors."""
+        while True:
+            try:
+                lst = await self.api.list(self.path, self.params or None)
+                self.replace([o for o in lst.get("items") or [] if isinstance(o, dict)])
+                self.resource_version = (lst.get("metadata") or {}).get("resourceVersion")
+                self.synced.set()
+                while True:  # watches end normally after timeoutSeconds; resume from the last rv
+                    async for etype, obj in self.api.watch(
+                            self.path, resource_version=self.resource_version, params=self.params or None,
+                            timeout_seconds=random.randint(*self.watch_timeout)):
+                        rv = (obj.get("metadata") or {}).get("resourceVersion")
+                        if rv:
+                            self.resource_version = str(rv)
+                        if etype in ("ADDED", "MODIFIED", "DELETED"):
+                            self.apply(etype, obj)
+            except asyncio.CancelledError:
+                raise
+            except ApiError as e:
+                if e.status == 410:
+                    log.debug("informer %s: %s; relisting", self.path, e)
+                    continue
+                log.info("informer %s: %s; relisting in %.1fs", self.path, e, self.error_backoff)
+                await asyncio.sleep(self.error_backoff)
+            except Exception:
+                log.exception("informer %s failed; relisting in %.1fs", self.path, self.error_backoff)
+                await asyncio.sleep(self.error_backoff)
+
+
+# --- work queue -----------------------------------------------------------------------------
+
+
+class ItemExponentialFailureRateLimiter:
+    """Per-key ``base * 2**failures`` capped at ``maximum`` (client-go, same defaults)."""
+
+    def __init__(self, base: float = 0.005, maximum: float = 1000.0) -> None:
+        self.base = base
+        self.maximum = maximum
+        self._failures: dict[str, int] = {}
+
+    def when(self, key: str) -> float:
+        n = self._failures.get(key, 0)
+        self._failures[key] = n + 1
+        if n > 62:
+            return self.maximum
+        return min(self.base * (2 ** n), self.maximum)
+
+    def num_requeues(self, key: str) -> int:
+        return self._failures.get(key, 0)
+
+    def forget(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+
+class WorkQueue:
+    """client-go's rate-limiting work queue on asyncio (keys are strings)."""
+
+    def __init__(self, rate_limiter: ItemExponentialFailureRateLimiter | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate_limiter = rate_limiter or ItemExponentialFailureRateLimiter()
+        self.clock = clock
+        self._queue: list[str] = []
+        self._dirty: set[str] = set()
+        self._processing: set[str] = set()
+        self._waiting: list[tuple[float, int, str]] = []  # (ready_at, seq, key)
+        self._seq = itertools.count()
+        self._waiters: list[asyncio.Future[None]] = []
+        self._shutdown = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def _notify(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def add(self, key: str) -> None:
+        """Queue ``key`` unless it is queued already; if a worker has it, once it is done."""
+        if self._shutdown or key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key in self._processing:
+            return
+        self._queue.append(key)
+        self._notify()
+
+    def add_after(self, key: str, delay: float) -> None:
+        if self._shutdown:
+            return
+        if delay <= 0:
+            self.add(key)
+            return
+        heapq.heappush(self._waiting, (self.clock() + delay, next(self._seq), key))
+        self._arm_timer()
+
+    def add_rate_limited(self, key: str) -> None:
+        self.add_after(key, self.rate_limiter.when(key))
+
+    def forget(self, key: str) -> None:
+        self.rate_limiter.forget(key)
+
+    def num_requeues(self, key: str) -> int:
+        return self.rate_limiter.num_requeues(key)
+
+    def _promote_due(self) -> None:
+        now = self.clock()
+        while self._waiting and self._waiting[0][0] <= now:
+            _, _, key = heapq.heappop(self._waiting)
+            self.add(key)
+
+    def _arm_timer(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._waiting:
+            delay = max(0.0, self._waiting[0][0] - self.clock())
+            self._timer = loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._promote_due()
+        self._arm_timer()
+
+    def get_nowait(self) -> str | None:
+        self._promote_due()
+        if not self._queue:
+            return None
+        key = self._queue.pop(0)
+        self._processing.add(key)
+        self._dirty.discard(key)
+        return key
+
+    async def get(self) -> str | None:
+        """The next key to process (this worker owns it until ``done``); ``None`` after shutdown."""
+        while True:
+            if self._shutdown:
+                return None
+            key = self.get_nowait()
+            if key is not None:
+                return key
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            try:
+                await fut
+            finally:
+                if fut in self._waiters:
+                    self._waiters.remove(fut)
+
+    def done(self, key: str) -> None:
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._queue.append(key)
+            self._notify()
+
+    def shutdown(self) -> None:
+        self._shutdown = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._notify()
+
+
+# --- expectations ---------------------------------------------------------------------------
+
+
+class Expectations:
+    """Upstream ``ControllerExpectations``: outstanding creates/deletes per controller key."""
+
+    TTL = 300.0  # upstream ExpectationsTimeout: 5 minutes
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._e: dict[str, tuple[int, int, float]] = {}
+
+    def expect(self, key: str, adds: int = 0, dels: int = 0) -> None:
+        self._e[key] = (adds, dels, self.clock())
+
+    def raise_expectations(self, key: str, adds: int = 0, dels: int = 0) -> None:
+        a, d, t = self._e.get(key, (0, 0, self.clock()))
+        self._e[key] = (a + adds, d + dels, t)
+
+    def creation_observed(self, key: str) -> None:
+        if key in self._e:
+            a, d, t = self._e[key]
+            self._e[key] = (a - 1, d, t)
+
+    def deletion_observed(self, key: str) -> None:
+        if key in self._e:
+            a, d, t = self._e[key]
+            self._e[key] = (a, d - 1, t)
+
+    def satisfied(self, key: str) -> bool:
+        e = self._e.get(key)
+        if e is None:
+            return True
+        a, d, t = e
+        return (a <= 0 and d <= 0) or self.clock() - t > self.TTL
+
+    def delete(self, key: str) -> None:
+        self._e.pop(key, None)
+
+
+# --- events ---------------------------------------------------------------------------------
+
+
+class EventRecorder:
+    """Best-effort core/v1 Events from ``component``; repeats bump ``count`` as upstream's."""
+
+    def __init__(self, api: Api, component: str) -> None:
+        self.api = api
+        self.component = component
+        self._last: dict[tuple[str, str, str], tuple[str, int]] = {}
+
+    async def event(self, obj: Obj, etype: str, reason: str, message: str) -> None:
+        meta = obj.get("metadata") or {}
+        ns = meta.get("namespace") or "default"
+        ident = (str(meta.get("uid", "")), reason, message)
+        now = now_rfc3339()
+        try:
+            prev = self._last.get(ident)
+            if prev is not None:
+                with contextlib.suppress(ApiError):
+                    await self.api.patch(f"/api/v1/namespaces/{ns}/events/{prev[0]}",
+                                         {"count": prev[1] + 1, "lastTimestamp": now})
+                    self._last[ident] = (prev[0], prev[1] + 1)
+                    return
+            name = f"{meta.get('name', '')}.{secrets.token_hex(8)}"
+            await self.api.create(f"/api/v1/namespaces/{ns}/events", {
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": ns},
+                "involvedObject": {"apiVersion": obj.get("apiVersion", ""), "kind": obj.get("kind", ""),
+                                   "namespace": ns, "name": meta.get("name", ""), "uid": meta.get("uid", ""),
+                                   "resourceVersion": meta.get("resourceVersion", "")},
+                "reason": reason, "message": message, "type": etype, "count": 1,
+                "firstTimestamp": now, "lastTimestamp": now,
+                "source": {"component": self.component},
+                "reportingComponent": self.component, "reportingInstance": "",
+            })
+            if len(self._last) > 4096:
+                self._last.clear()
+            self._last[ident] = (name, 1)
+        except Exception:  # events are best effort, as upstream's recorder
+            log.warning("recording event %s failed", reason, exc_info=True)
+
+
+# --- controller runner ----------------------------------------------------------------------
+
+
+class Controller:
+    """Base: informers + a work queue + ``workers`` reconcile coroutines.
+
+    Subclasses set ``name``, create informers with :meth:`informer` in ``__init__`` and implement
+    :meth:`reconcile`.  ``from_options`` builds one from the server's ``controller_kwargs``.
+    """
+
+    name: ClassVar[str] = "controller"
+    workers: int = 2
+
+    def __init__(self, api: Api, *, workers: int | None = None) -> None:
+        self.api = api
+        if workers is not None:
+            self.workers = workers
+        self.queue = WorkQueue()
+        self.informers: list[Informer] = []
+        self.recorder = EventRecorder(api, self.name)
+
+    @classmethod
+    def from_options(cls, api: Api, options: dict[str, Any]) -> Controller:
+        return cls(api)
+
+    def informer(self, path: str, **kw: Any) -> Informer:
+        inf = Informer(self.api, path, **kw)
+        self.informers.append(inf)
+        return inf
+
+    def enqueue(self, obj: Obj) -> None:
+        self.queue.add(key_of(obj))
+
+    async def reconcile(self, key: str) -> float | None:
+        """Make the object ``key`` match its spec; return seconds to look again, or None."""
+        raise NotImplementedError
+
+    async def wait_synced(self) -> None:
+        for inf in self.informers:
+            await inf.synced.wait()
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self.queue.get()
+            if key is None:
+                return
+            try:
+                again = await self.reconcile(key)
+            except asyncio.CancelledError:
+                self.queue.done(key)
+                raise
+            except Exception as e:
+                if isinstance(e, ApiError) and e.status == 409:
+                    log.debug("%s: %s: conflict, retrying: %s", self.name, key, e)
+                else:
+                    log.warning("%s: syncing %s failed (retry %d): %s", self.name, key,
+                                self.queue.num_requeues(key) + 1, e,
+                                exc_info=not isinstance(e, ApiError))
+                self.queue.done(key)
+                self.queue.add_rate_limited(key)
+                continue
+            self.queue.forget(key)
+            self.queue.done(key)
+            if again is not None:
+                self.queue.add_after(key, again)
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(inf.run(), name=f"{self.name}:{inf.path}") for inf in self.informers]
+        try:
+            await self.wait_synced()
+            tasks += [asyncio.create_task(self._worker(), name=f"{self.name}:worker{i}")
+                      for i in range(self.workers)]
+            await asyncio.gather(*tasks)
+        finally:
+            self.queue.shutdown()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
