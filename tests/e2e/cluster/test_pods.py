@@ -225,9 +225,10 @@ def agent_pid(cluster) -> int:  # type: ignore[no-untyped-def]
     raise AssertionError("agent process not found")
 
 
-def test_agent_sigkill_restarts_no_container(cluster) -> None:  # type: ignore[no-untyped-def]
-    names = [f"keep-{i}" for i in range(10)]
-    docs = "\n---\n".join(
+def test_agent_sigkill_restarts_no_container_and_leaves_no_stale_mount(cluster) -> None:  # type: ignore[no-untyped-def]
+    """20 pods with a ConfigMap, a Secret, a Memory emptyDir and the service-account token volume."""
+    names = [f"keep-{i}" for i in range(20)]
+    pods = "\n---\n".join(
         f"""apiVersion: v1
 kind: Pod
 metadata: {{name: {n}}}
@@ -237,12 +238,32 @@ spec:
   - name: main
     image: docker.io/library/busybox:1.36
     imagePullPolicy: IfNotPresent
-    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]"""
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+    volumeMounts:
+    - {{name: cfg, mountPath: /cfg}}
+    - {{name: secret, mountPath: /secret}}
+    - {{name: scratch, mountPath: /scratch}}
+  volumes:
+  - {{name: cfg, configMap: {{name: keep-cfg}}}}
+  - {{name: secret, secret: {{secretName: keep-secret}}}}
+  - {{name: scratch, emptyDir: {{medium: Memory}}}}"""
         for n in names
     )
-    cluster.kubectl("apply", "-f", "-", input=docs)
+    sources = """apiVersion: v1
+kind: ConfigMap
+metadata: {name: keep-cfg}
+data: {a: b}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: keep-secret}
+stringData: {token: t}
+"""
+    cluster.kubectl("apply", "-f", "-", input=sources + "---\n" + pods)
+    uids: list[str] = []
     try:
-        cluster.wait_for("10 pods Running", lambda: all(pod_phase(cluster, n) == "Running" for n in names), 120)
+        cluster.wait_for("20 pods Running", lambda: all(pod_phase(cluster, n) == "Running" for n in names), 180)
+        uids = [pod_json(cluster, n)["metadata"]["uid"] for n in names]
         before = {n: [c.id for c in cri_containers(cluster, n)] for n in names}
         old = agent_pid(cluster)
         os.kill(old, signal.SIGKILL)
@@ -253,8 +274,14 @@ spec:
         for n in names:
             cs = pod_json(cluster, n)["status"]["containerStatuses"][0]
             assert cs["restartCount"] == 0 and "running" in cs["state"]
+        assert cluster.kubectl("exec", "keep-0", "--", "cat", "/cfg/a", "/secret/token").stdout == "bt"
     finally:
-        cluster.kubectl("delete", "pod", *names, "--ignore-not-found", "--wait=true", timeout=120)
+        cluster.kubectl("delete", "pod", *names, "--ignore-not-found", "--wait=true", timeout=180)
+        cluster.kubectl("delete", "configmap", "keep-cfg", "--ignore-not-found", check=False)
+        cluster.kubectl("delete", "secret", "keep-secret", "--ignore-not-found", check=False)
+    # the restarted agent learnt the old mounts from disk and took them down with the pods
+    cluster.wait_for("no mount of the deleted pods", lambda: not any(
+        uid in Path("/proc/mounts").read_text() for uid in uids), 60)
 
 
 def _new_agent(cluster, old: int) -> bool:  # type: ignore[no-untyped-def]

@@ -183,6 +183,30 @@ spec:
     volumeMounts: [{{name: m, mountPath: /m}}]
   volumes:
   - {{name: m, emptyDir: {{medium: Memory, sizeLimit: 1Mi}}}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: vol-claim}}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: 16Mi}}}}
+---
+{pvc_pod("vol-pvc-a", "cat /proc/sys/kernel/random/uuid > /data/stamp; sleep 3600")}
+"""
+
+
+def pvc_pod(name: str, script: str) -> str:
+    """A pod that the scheduler places (the default class binds on first consumer) using vol-claim."""
+    return f"""apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, labels: {{suite: volumes}}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {{name: main, image: "busybox:latest", imagePullPolicy: IfNotPresent, command: ["sh", "-c", "{script}"],
+     volumeMounts: [{{name: data, mountPath: /data}}]}}
+  volumes:
+  - {{name: data, persistentVolumeClaim: {{claimName: vol-claim}}}}
 """
 
 
@@ -192,7 +216,7 @@ def pods(cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pods]:  
     p = Pods(cluster, host_dir)
     try:
         apply(cluster, manifests(cluster.node_name, host_dir))
-        for name in ("vol-files", "vol-shared", "vol-full"):
+        for name in ("vol-files", "vol-shared", "vol-full", "vol-pvc-a"):
             cluster.wait_for(f"{name} Running", lambda n=name: phase(cluster, n) == "Running", 120)  # type: ignore[misc]
         cluster.wait_for("the ConfigMap file in vol-files",
                          lambda: sh(cluster, "vol-files", "cat /etc/cfg/app.conf").stdout == "level=info", 30)
@@ -205,6 +229,7 @@ def pods(cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pods]:  
                         timeout=150, check=False)
         cluster.kubectl("delete", "configmap", "vol-cfg", "vol-late-cfg", "--ignore-not-found", check=False)
         cluster.kubectl("delete", "secret", "vol-secret", "--ignore-not-found", check=False)
+        cluster.kubectl("delete", "pvc", "vol-claim", "--ignore-not-found", "--wait=true", timeout=120, check=False)
 
 
 def test_config_map_and_secret_files_are_readable_and_the_secret_is_on_tmpfs(pods: Pods) -> None:
@@ -291,6 +316,22 @@ def test_deleting_a_pod_leaves_no_mount(pods: Pods) -> None:
     c.wait_for("vol-shared's tmpfs unmounted", lambda: uid not in Path("/proc/mounts").read_text(), 60)
     c.wait_for("vol-shared's directory removed", lambda: not pod_dir.exists(), 60)
     assert (pods.host_dir / "created-by-pod" / "f").exists()  # a hostPath is never cleaned up
+
+
+def test_data_on_a_claim_survives_the_pod(pods: Pods) -> None:
+    c = pods.cluster
+    stamp = sh(c, "vol-pvc-a", "cat /data/stamp").stdout.strip()
+    assert len(stamp) == 36
+    pv = c.kubectl("get", "pvc", "vol-claim", "-o", "jsonpath={.spec.volumeName}").stdout
+    assert pv and c.kubectl("get", "pvc", "vol-claim", "-o", "jsonpath={.status.phase}").stdout == "Bound"
+    c.kubectl("delete", "pod", "vol-pvc-a", "--wait=true", timeout=120)
+    apply(c, pvc_pod("vol-pvc-b", "sleep 3600"))
+    c.wait_for("vol-pvc-b Running", lambda: phase(c, "vol-pvc-b") == "Running", 120)
+    assert sh(c, "vol-pvc-b", "cat /data/stamp").stdout.strip() == stamp
+    c.kubectl("delete", "pod", "vol-pvc-b", "--wait=true", timeout=120)
+    c.kubectl("delete", "pvc", "vol-claim", "--wait=true", timeout=120)
+    # reclaimPolicy Delete (the default class): the volume goes with its claim
+    c.wait_for(f"{pv} deleted", lambda: c.kubectl("get", "pv", pv, check=False).returncode != 0, 60)
 
 
 def test_a_full_memory_empty_dir_is_reported(pods: Pods) -> None:
