@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pykubelet.common import sysctl
 from pykubelet.common.durations import format_duration, parse_duration
 from pykubelet.common.quantity import QuantityError, parse_quantity
 
@@ -376,6 +377,15 @@ class KubeletConfiguration(_Strict):
             raise ValueError(f"must be > 0, got {v}")
         return v
 
+    @field_validator("allowed_unsafe_sysctls")
+    @classmethod
+    def _namespaced_sysctls(cls, v: list[str]) -> list[str]:
+        # upstream NewAllowlist: only namespaced sysctls (or prefix* patterns) can be allowed per pod
+        errors = sysctl.validate_patterns(v)
+        if errors:
+            raise ValueError("; ".join(errors))
+        return v
+
     @field_validator("container_log_max_files")
     @classmethod
     def _at_least_two(cls, v: int) -> int:
@@ -552,6 +562,12 @@ class AgentOptions:
     node_labels: dict[str, str] = field(default_factory=dict)
     register_with_taints: list[dict[str, Any]] = field(default_factory=list)
     register_node: bool = True
+    # Garbage collection (upstream: the period constants and the deprecated container GC flags).
+    image_gc_period: float = 300.0
+    container_gc_period: float = 60.0
+    minimum_container_ttl_duration: float = 0.0
+    maximum_dead_containers_per_container: int = 1
+    maximum_dead_containers: int = -1
     # Convenience mirrors of config fields other subsystems read often.
 
     @property
@@ -682,6 +698,19 @@ _CONFIG_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
 }
 
 
+# flag -> (AgentOptions field, converter, help): garbage collection settings that are not config fields
+_GC_FLAGS: dict[str, tuple[str, Callable[[str], Any], str]] = {
+    "--image-gc-period": ("image_gc_period", parse_duration, "how often image GC runs (upstream: fixed 5m)"),
+    "--container-gc-period": ("container_gc_period", parse_duration,
+                              "how often container GC runs (upstream: fixed 1m)"),
+    "--minimum-container-ttl-duration": ("minimum_container_ttl_duration", parse_duration,
+                                         "minimum age of a dead container before GC removes it"),
+    "--maximum-dead-containers-per-container": ("maximum_dead_containers_per_container", int,
+                                                "dead containers kept per container name (default 1)"),
+    "--maximum-dead-containers": ("maximum_dead_containers", int, "dead containers kept on the node (-1: no limit)"),
+}
+
+
 def _build_parser() -> _ArgParser:
     p = _ArgParser(prog="pykubelet agent", add_help=True, allow_abbrev=False,
                    description="Run the pykubelet node agent (a Kubernetes kubelet).")
@@ -696,6 +725,8 @@ def _build_parser() -> _ArgParser:
     p.add_argument("--register-with-taints", default=None, help="k=v:Effect,k2:Effect")
     p.add_argument("--register-node", default=None, nargs="?", const="true")
     p.add_argument("-v", "--v", dest="v", default=None, help="log verbosity")
+    for flag, (_field, _conv_fn, help_) in _GC_FLAGS.items():
+        p.add_argument(flag, dest="gc_" + flag[2:].replace("-", "_"), default=None, help=help_)
     for flag in _CONFIG_FLAGS:
         p.add_argument(flag, dest="cfg_" + flag[2:].replace("-", "_"), default=None)
     return p
@@ -770,7 +801,13 @@ def load_options(argv: Sequence[str]) -> AgentOptions:
         except ValueError:
             raise ConfigError(f"--node-ip: invalid IP address {ns.node_ip!r}") from None
     root_dir = Path(ns.root_dir) if ns.root_dir else Path(DEFAULT_ROOT_DIR)
+    gc: dict[str, Any] = {}
+    for flag, (fname, conv, _help) in _GC_FLAGS.items():
+        raw = getattr(ns, "gc_" + flag[2:].replace("-", "_"))
+        if raw is not None:
+            gc[fname] = _conv(flag, conv, raw)
     return AgentOptions(
+        **gc,
         config=config,
         config_path=config_path,
         kubeconfig=Path(ns.kubeconfig) if ns.kubeconfig else None,

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from pykubelet.agent import metrics
 from pykubelet.agent.admission import AdmissionChain, MaxPodsAdmitHandler, ValidPodAdmitHandler
+from pykubelet.agent.admission_security import AppArmorAdmitHandler, SysctlAdmitHandler
 from pykubelet.agent.cm.podcgroups import PodCgroupManager
 from pykubelet.agent.config import AgentOptions
 from pykubelet.agent.housekeeping import (
@@ -47,6 +48,7 @@ from pykubelet.agent.housekeeping import (
     remove_pod_dirs,
     remove_pod_log_dirs,
 )
+from pykubelet.agent.images.gc import GCPolicy, ImageGCManager
 from pykubelet.agent.images.manager import ImageManager
 from pykubelet.agent.interfaces import (
     ContainerRuntime,
@@ -56,7 +58,9 @@ from pykubelet.agent.interfaces import (
     PodAdmitAttributes,
     PodLifecycleHook,
 )
+from pykubelet.agent.kuberuntime.gc import ContainerGC, ContainerGCPolicy
 from pykubelet.agent.kuberuntime.manager import RuntimeManager
+from pykubelet.agent.kuberuntime.security import SecurityOptions, apparmor_enabled
 from pykubelet.agent.lifecycle.handlers import HandlerRunner
 from pykubelet.agent.logs import ContainerLogManager
 from pykubelet.agent.pleg import GenericPLEG, PodLifecycleEvent, PodStatusCache, is_sync_pod_worthy
@@ -123,6 +127,9 @@ class Kubelet:
             cluster_domain=cfg.cluster_domain or "cluster.local", resolv_conf=cfg.resolv_conf,
             pods_dir=str(self.root_dir / "pods"), hooks=HandlerRunner(runtime, recorder),
             mounts=self.volume_manager.mounts_for,
+            security_options=SecurityOptions(seccomp_root=str(self.root_dir / "seccomp"),
+                                             seccomp_default=cfg.seccomp_default, apparmor_enabled=apparmor_enabled()),
+            runtime_class=self._runtime_class if api is not None else None,
         )
         self.log_manager = ContainerLogManager(
             runtime, max_size=cfg.container_log_max_size, max_files=cfg.container_log_max_files,
@@ -134,6 +141,8 @@ class Kubelet:
         self.cache = PodStatusCache()
         self.pleg = GenericPLEG(self.runtime_manager, self.cache, self._on_pleg_event, relist_period=pleg_period)
         self.admission = AdmissionChain([ValidPodAdmitHandler(), MaxPodsAdmitHandler(cfg.max_pods)])
+        self.admission.append(SysctlAdmitHandler(list(cfg.allowed_unsafe_sysctls)))
+        self.admission.append(AppArmorAdmitHandler(self.runtime_manager.security_options.apparmor_enabled))
         self.pod_hooks: list[PodLifecycleHook] = [PodDirectories(self.root_dir), self.volume_manager, self.cgroups]
         self.syncer = PodSyncer(
             pods=self.pod_manager, runtime=self.runtime_manager, cache=self.cache, statuses=self.status_manager,
@@ -151,6 +160,18 @@ class Kubelet:
                                    directory_step(remove_pod_log_dirs, Path(cfg.pod_logs_dir)))
         self.housekeeping.add_step("container log links", log_links_step(self.runtime_manager.containers_log_dir))
         self.housekeeping.add_step("back-off entries", self._gc_backoff)
+        # node-wide container GC (upstream kuberuntime_gc.go) and image GC (images/image_gc_manager.go)
+        self.container_gc = ContainerGC(
+            runtime, ContainerGCPolicy(options.minimum_container_ttl_duration,
+                                       options.maximum_dead_containers_per_container, options.maximum_dead_containers),
+            pod_exists=lambda uid: self.pod_workers.get(uid) is not None,
+            containers_log_dir=self.runtime_manager.containers_log_dir, period=options.container_gc_period)
+        self.housekeeping.add_step("container garbage collection", self.container_gc.step)
+        self.image_gc = ImageGCManager(
+            runtime, recorder, self._node_ref,
+            GCPolicy(cfg.image_gc_high_threshold_percent, cfg.image_gc_low_threshold_percent,
+                     cfg.image_minimum_gc_age, cfg.image_maximum_gc_age))
+        self.image_gc_period = options.image_gc_period
         self.housekeeping_period = housekeeping_period
         self._sources_ready: set[str] = set()
         self._required_sources = {s for s, on in (("api", api is not None), ("file", bool(cfg.static_pod_path))) if on}
@@ -160,6 +181,9 @@ class Kubelet:
         self._loop_active = time.monotonic()
         metrics.NODE_NAME.labels(self.node_name).set(1)
 
+    def _node_ref(self) -> JSONObj:
+        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node_name, "uid": self.node_name}}
+
     async def _lookup(self, kind: str, namespace: str, name: str) -> JSONObj | None:
         """ConfigMap/Secret lookups for container env (None when absent)."""
         if self.api is None:
@@ -167,6 +191,17 @@ class Kubelet:
         plural = {"ConfigMap": "configmaps", "Secret": "secrets"}[kind]
         try:
             return await self.api.get(f"/api/v1/namespaces/{namespace}/{plural}/{name}")
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def _runtime_class(self, name: str) -> JSONObj | None:
+        """A node.k8s.io/v1 RuntimeClass (None when absent) for the pod's runtime handler."""
+        if self.api is None:
+            return None
+        try:
+            return await self.api.get(f"/apis/node.k8s.io/v1/runtimeclasses/{name}")
         except ApiError as e:
             if e.status == 404:
                 return None
@@ -189,6 +224,7 @@ class Kubelet:
             asyncio.get_running_loop().create_task(self._sync_loop(), name="kubelet-sync-loop"),
             run_every(self._housekeeping, self.housekeeping_period, name="kubelet-housekeeping", log=log),
             run_every(self._resync, lambda: max(1.0, self.config.sync_frequency), name="kubelet-resync", log=log),
+            run_every(self.image_gc.run_once, self.image_gc_period, name="kubelet-image-gc", log=log),
         ]
 
     async def stop(self) -> None:
