@@ -16,10 +16,9 @@ signature is not enough: ``claims_validator`` (the registry) checks that the Ser
 bound object still exist with the uid in the token (a deleted pod's token stops working, after
 upstream's 60 s grace for objects being deleted).  Authenticated users also get ``system:authenticated``.
 
-Authorization: ``system:masters`` and ``system:nodes`` may do anything; everyone else is denied
-unless ``policy.jsonl`` in the data dir (upstream ABAC file format, one
-``{"apiVersion":"abac.authorization.kubernetes.io/v1beta1","kind":"Policy","spec":{...}}`` per
-line; spec keys user, group, namespace, resource, apiGroup, nonResourcePath, readonly) grants it.
+Authorization, as ``--authorization-mode=Node,RBAC``: ``system:masters`` may do anything (upstream's
+privileged-group authorizer), then the Node authorizer (:mod:`pykubelet.server.nodeauthorizer`)
+for kubelets, then RBAC (:mod:`pykubelet.server.rbac`) over the Roles and bindings in storage.
 Non-resource health/version paths are public, as upstream's system:public-info-viewer role.
 """
 
@@ -46,6 +45,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from pykubelet.server.nodeauthorizer import NodeAuthorizer
+from pykubelet.server.rbac import RBACAuthorizer, Request
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 PUBLIC_PATHS = {"/version", "/healthz", "/livez", "/readyz"}
@@ -124,6 +126,19 @@ class PKI:
         self.kubelet_client_crt = self.dir / "apiserver-kubelet-client.crt"
         self.kubelet_client_key = self.dir / "apiserver-kubelet-client.key"
         self.sa_key = self.dir / "sa.key"
+        # Addresses pods reach the API server on (advertise address, the kubernetes Service's
+        # ClusterIP): SANs of the serving cert, which is re-issued when one is missing.
+        self.extra_ips: list[str] = []
+
+    def _server_cert_lacks_ips(self) -> bool:
+        if not self.extra_ips or not self.server_crt.exists():
+            return False
+        try:
+            have = set(_load_cert(self.server_crt).extensions.get_extension_for_class(
+                x509.SubjectAlternativeName).value.get_values_for_type(x509.IPAddress))
+        except (ValueError, x509.ExtensionNotFound):
+            return True
+        return any(ipaddress.ip_address(ip) not in have for ip in self.extra_ips)
 
     def ensure(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -144,7 +159,7 @@ class PKI:
             _write_key(self.ca_key, key)
             self.ca_crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         ca_cert, ca_key = _load_cert(self.ca_crt), _load_key(self.ca_key)
-        if not self.server_crt.exists():
+        if not self.server_crt.exists() or self._server_cert_lacks_ips():
             key = ec.generate_private_key(ec.SECP256R1())
             host = socket.gethostname()
             sans: list[x509.GeneralName] = [
@@ -153,6 +168,7 @@ class PKI:
                 x509.DNSName("kubernetes.default.svc"), x509.DNSName("kubernetes.default.svc.cluster.local")]
             if host and host != "localhost":
                 sans.append(x509.DNSName(host))
+            sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in dict.fromkeys(self.extra_ips)]
             cert = sign_cert(ca_cert, ca_key, key.public_key(), _name("kube-apiserver"), server=True,
                              client=False, sans=sans, days=3650)
             _write_key(self.server_key, key)
@@ -365,55 +381,42 @@ class Attributes:
 
 
 class Authorizer:
-    def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / "policy.jsonl"
+    """``--authorization-mode=Node,RBAC`` behind upstream's always-on ``system:masters`` superuser
+    check: the first authorizer with an opinion decides; reasons of the ones without are kept
+    for the 403 message (upstream's union authorizer)."""
 
-    def _policies(self) -> list[dict[str, Any]]:
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in text.splitlines():
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            try:
-                spec = json.loads(line).get("spec") or {}
-            except ValueError:
-                continue
-            out.append(spec)
-        return out
+    def __init__(self, data_dir: Path, store: Any = None) -> None:
+        self.data_dir = data_dir
+        self.rbac: RBACAuthorizer | None = None
+        self.node: NodeAuthorizer | None = None
+        if store is not None:
+            self.bind(store)
+
+    def bind(self, store: Any) -> None:
+        """Start reading roles, bindings and pods from the server's storage."""
+        self.rbac = RBACAuthorizer(store)
+        self.node = NodeAuthorizer(store)
 
     def authorize(self, a: Attributes) -> tuple[bool, str]:
-        groups = set(a.user.groups)
-        if "system:masters" in groups or "system:nodes" in groups:
+        groups = list(a.user.groups)
+        if "system:masters" in groups:
             return True, ""
-        if not a.resource_request and a.path in PUBLIC_PATHS | {"/api", "/apis", "/openapi/v3", "/openapi/v2"}:
-            return True, ""
-        if a.resource_request and a.verb == "create" and a.api_group in (
-                "authorization.k8s.io", "authentication.k8s.io") and a.resource.startswith("self"):
-            return True, ""
-        readonly = a.verb in ("get", "list", "watch")
-        for p in self._policies():
-            if not (p.get("user") in ("*", a.user.name) or p.get("group") in groups or
-                    (p.get("group") == "*" and "system:authenticated" in groups)):
-                continue
-            if p.get("readonly") and not readonly:
-                continue
-            if a.resource_request:
-                res = a.resource + (f"/{a.subresource}" if a.subresource else "")
-                if p.get("namespace", "") not in ("*", a.namespace):
-                    continue
-                if p.get("resource", "") not in ("*", a.resource, res):
-                    continue
-                if p.get("apiGroup", "") not in ("*", a.api_group):
-                    continue
-                return True, "allowed by ABAC policy"
-            np = p.get("nonResourcePath", "")
-            if np == "*" or np == a.path or (np.endswith("*") and a.path.startswith(np[:-1])):
-                return True, "allowed by ABAC policy"
-        return False, "no policy grants this request"
+        req = Request(a.user.name, groups, a.verb, a.namespace, a.api_group, a.resource, a.subresource, a.name,
+                      a.path, a.resource_request)
+        reasons: list[str] = []
+        if self.node is not None:
+            ok, why = self.node.authorize(a.user.name, groups, req)
+            if ok:
+                return True, why
+            if why:
+                reasons.append(why)
+        if self.rbac is not None:
+            ok2, why2 = self.rbac.authorize(req)
+            if ok2:
+                return True, why2
+            if why2:
+                reasons.append(why2)
+        return False, ", ".join(reasons)
 
 
 # ------------------------------------------------------------------ kubeconfigs

@@ -35,6 +35,7 @@ from aiohttp import web
 from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient
 from pykubelet.server import controllers as kcm
+from pykubelet.server import dns, services
 from pykubelet.server.app import ApiHttp
 from pykubelet.server.auth import PKI, Authorizer, TokenAuth, ensure_admin, node_kubeconfig
 from pykubelet.server.encryption import EncryptionConfigError, ResourceTransformers, load_config
@@ -58,6 +59,7 @@ class ServerHandle:
     registry: Registry
     http: ApiHttp
     controllers: list[asyncio.Task[Any]] = field(default_factory=list)
+    dns_port: int | None = None  # cluster DNS (server/dns.py), when served
 
     @property
     def store(self) -> Storage:
@@ -108,7 +110,12 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
                      default_unreachable_toleration_seconds: int = 300,
                      encryption_provider_config: str | Path | None = None,
                      min_request_timeout: int = 1800,
-                     local_path_dir: str | Path | None = None) -> AsyncIterator[ServerHandle]:
+                     local_path_dir: str | Path | None = None,
+                     service_cluster_ip_range: str = services.DEFAULT_SERVICE_CIDR,
+                     service_node_port_range: str = "30000-32767",
+                     advertise_address: str | None = None, dns_address: str | None = None,
+                     dns_port: int = 53, cluster_domain: str = "cluster.local",
+                     dns_upstreams: list[tuple[str, int]] | None = None) -> AsyncIterator[ServerHandle]:
     """Run the API server in this event loop.  ``port=0`` picks a free port.
 
     ``controller_kwargs``: ``grace_period``, ``monitor_period``, ``eviction_timeout`` (node
@@ -122,11 +129,15 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
         transformer = await asyncio.to_thread(load_config, encryption_provider_config)
     await asyncio.to_thread(secure_dir, d)
     pki = PKI(d)
+    allocator = services.ServiceAllocator(service_cluster_ip_range,
+                                          services.parse_port_range(service_node_port_range))
+    pki.extra_ips = [allocator.kubernetes_ip, *([advertise_address] if advertise_address else [])]
     await asyncio.to_thread(pki.ensure)  # key generation and file I/O off the loop
     tokens = TokenAuth(d, pki)
     authorizer = Authorizer(d)
     store = Storage(d / "state.db", history=history, transformer=transformer)
     await asyncio.to_thread(store.open)
+    authorizer.bind(store)
     for resource, n in sorted(store.stale.items()):
         log.info("%d %s are stored in plain text or with a key that is no longer the first in the "
                  "encryption config; each is rewritten with the first provider on its next write "
@@ -136,6 +147,7 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
     registry.default_not_ready_toleration_seconds = default_not_ready_toleration_seconds
     registry.default_unreachable_toleration_seconds = default_unreachable_toleration_seconds
     registry.storage_protection = controllers
+    registry.services = allocator
     registry.bootstrap()
     http = ApiHttp(registry, pki, tokens, authorizer, version_minor=version_minor,
                    insecure_admin=insecure_port is not None, bookmark_interval=bookmark_interval,
@@ -150,6 +162,17 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
     host = "127.0.0.1" if bind_address in ("0.0.0.0", "127.0.0.1", "") else bind_address
     url = f"https://{host}:{real_port}"
     http.server_addr = f"{host}:{real_port}"
+    if advertise_address and advertise_address not in (bind_address, "0.0.0.0"):
+        # the pod-facing listener (the gateway address may not exist until the first pod starts)
+        adv_sock = dns.freebind_socket(advertise_address, real_port)
+        await web.SockSite(runner, adv_sock, ssl_context=pki.server_ssl_context()).start()
+    registry.api_endpoint = (advertise_address, real_port) if advertise_address else None
+    registry.ensure_kubernetes_service()
+    cluster_dns: dns.ClusterDNS | None = None
+    if dns_address:
+        cluster_dns = dns.ClusterDNS(store, cluster_domain, dns_upstreams if dns_upstreams is not None
+                                     else dns.host_resolvers(exclude=(dns_address,)))
+        dns_port = await cluster_dns.start(dns_address, dns_port)
     insecure_url = None
     if insecure_port is not None:
         isite = web.TCPSite(runner, "127.0.0.1", insecure_port, reuse_address=True)
@@ -158,6 +181,7 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
         insecure_url = f"http://127.0.0.1:{isock.getsockname()[1] if isock else insecure_port}"
     admin_token, kubeconfig = ensure_admin(d, url)
     handle = ServerHandle(url, kubeconfig, admin_token, d, pki.ca_crt, insecure_url, registry, http)
+    handle.dns_port = dns_port if cluster_dns is not None else None
     if controllers:
         kw = {"local_path_dir": Path(local_path_dir) if local_path_dir else d / "local-path",
               **(controller_kwargs or {})}
@@ -169,6 +193,8 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
         yield handle
     finally:
         await cancel_and_wait(*handle.controllers)
+        if cluster_dns is not None:
+            await cluster_dns.stop()
         await registry.close()
         store.close()  # ends open watches
         await runner.cleanup()
@@ -218,6 +244,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the built-in local-path provisioner makes PersistentVolumes of the "
                         "'standard' StorageClass (default: <data-dir>/local-path); the agent must see "
                         "the same path (it does in the all-in-one)")
+    p.add_argument("--service-cluster-ip-range", default=services.DEFAULT_SERVICE_CIDR,
+                   help="CIDR ClusterIPs are allocated from (inside 198.18.0.0/15, apart from pod CIDRs)")
+    p.add_argument("--service-node-port-range", default="30000-32767", help="node ports of NodePort Services")
+    p.add_argument("--advertise-address", default=None,
+                   help="address pods reach the API server on (also listened on; the default/kubernetes "
+                        "Service's endpoint), e.g. the node's pod-network gateway")
+    p.add_argument("--cluster-dns-address", default=None,
+                   help="serve cluster DNS (UDP+TCP) on this address (default: no DNS)")
+    p.add_argument("--cluster-dns-port", type=int, default=53)
+    p.add_argument("--cluster-domain", default="cluster.local")
     p.add_argument("--no-controllers", action="store_true", help="run the API server only")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -243,6 +279,12 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         "encryption_provider_config": args.encryption_provider_config,
         "min_request_timeout": args.min_request_timeout,
         "local_path_dir": args.local_path_dir,
+        "service_cluster_ip_range": args.service_cluster_ip_range,
+        "service_node_port_range": args.service_node_port_range,
+        "advertise_address": args.advertise_address,
+        "dns_address": args.cluster_dns_address,
+        "dns_port": args.cluster_dns_port,
+        "cluster_domain": args.cluster_domain,
     }
 
 

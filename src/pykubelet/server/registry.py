@@ -33,7 +33,18 @@ from cryptography.exceptions import UnsupportedAlgorithm
 
 from pykubelet.common import podspec
 from pykubelet.common.aio import cancel_and_wait
-from pykubelet.server import admission, events_conv, managedfields, schema, storagevalidation, tables
+from pykubelet.server import (
+    admission,
+    apps,
+    batchvalidation,
+    events_conv,
+    garbagecollection,
+    managedfields,
+    pdb,
+    schema,
+    storagevalidation,
+    tables,
+)
 from pykubelet.server.auth import PKI, Attributes, Authorizer, TokenAuth, UserInfo, csr_subject
 from pykubelet.server.errors import (
     StatusError,
@@ -47,6 +58,7 @@ from pykubelet.server.errors import (
 from pykubelet.server.patch import apply_patch, strategic_merge
 from pykubelet.server.resources import BY_GVR, ResourceInfo, namespaced_resources
 from pykubelet.server.selectors import parse_field_selector, parse_label_selector
+from pykubelet.server.services import ServiceAllocator, kubernetes_endpoints
 from pykubelet.server.storage import Obj, Storage
 from pykubelet.server.validation import (
     resource_version_error,
@@ -118,6 +130,13 @@ class Registry:
         # DefaultTolerationSeconds admission (kube-apiserver --default-*-toleration-seconds).
         self.default_not_ready_toleration_seconds = 300
         self.default_unreachable_toleration_seconds = 300
+        # Garbage-collector finalizers (orphan, foregroundDeletion) on delete: only when the
+        # garbage collector that removes them again runs.
+        self.garbage_collection = False
+        # Service ClusterIP/NodePort allocation (server/services.py); the pod-reachable address and
+        # port of this API server, for the default/kubernetes Service's endpoints (None: none).
+        self.services = ServiceAllocator()
+        self.api_endpoint: tuple[str, int] | None = None
 
     # ---------------------------------------------------------------- bootstrap
     def bootstrap(self) -> None:
@@ -135,6 +154,26 @@ class Registry:
                 self._namespace_children(name)
             else:
                 self._spawn(self._finish_namespace(name))
+        self.ensure_kubernetes_service()
+
+    def ensure_kubernetes_service(self) -> None:
+        """The default/kubernetes Service and, when the API server has a pod-reachable address,
+        its Endpoints + EndpointSlice (upstream's bootstrap controller / endpoint reconciler)."""
+        if self.store.peek("services", "default", "kubernetes") is None:
+            ctx = RequestContext(UserInfo("system:apiserver", "", ["system:masters"]))
+            self._create_obj(BY_GVR[("", "v1", "services")], "default",
+                             self.services.kubernetes_service(target_port=(self.api_endpoint or ("", 6443))[1]), ctx)
+        if self.api_endpoint is None:
+            return
+        ep, slice_ = kubernetes_endpoints(*self.api_endpoint)
+        for key, obj in (("endpoints", ep), ("endpointslices.discovery.k8s.io", slice_)):
+            cur = self.store.peek(key, "default", "kubernetes")
+            if cur is None:
+                self.store.create(key, "default", "kubernetes", self._new_meta(obj))
+            elif {k: v for k, v in cur.items() if k not in ("metadata",)} != {
+                    k: v for k, v in obj.items() if k not in ("metadata",)}:
+                obj["metadata"] = cur["metadata"]
+                self.store.update(key, "default", "kubernetes", obj)
 
     def _spawn(self, coro: Any) -> None:
         try:
@@ -199,6 +238,8 @@ class Registry:
     def get(self, ri: ResourceInfo, ns: str, name: str, sub: str = "") -> Obj:
         if ri.virtual:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        if sub == "scale":
+            return apps.to_scale(self.present(ri, self._raw_get(ri, ns, name)))
         return self.present(ri, self._raw_get(ri, ns, name))
 
     def list_objects(self, ri: ResourceInfo, ns: str | None, label_sel: str | None, field_sel: str | None,
@@ -317,6 +358,13 @@ class Registry:
             errs += storagevalidation.validate_pvc(obj, old if sub == "" else None)
         elif not errs and ri.resource == "storageclasses":
             errs += storagevalidation.validate_storage_class(obj, old)
+        elif not errs and ri.group == "apps":
+            errs += (apps.validate_controller_revision(obj) if ri.resource == "controllerrevisions"
+                     else apps.validate_workload(ri.resource, obj, old))
+        elif not errs and ri.group == "batch" and ri.resource == "jobs" and sub == "":
+            errs += batchvalidation.validate_job(obj, old)
+        elif not errs and ri.group == "batch" and ri.resource == "cronjobs" and sub == "":
+            errs += batchvalidation.validate_cronjob(obj, old)
         if ri.resource == "leases" and not errs:
             spec = obj.get("spec") or {}
             lds = spec.get("leaseDurationSeconds")
@@ -405,6 +453,13 @@ class Registry:
         elif ri.resource == "persistentvolumes":
             obj["status"] = {}
             storagevalidation.default_pv(obj)
+        elif ri.group == "apps":
+            apps.prepare_create(ri.resource, obj)
+        elif ri.resource == "services" and ri.group == "":
+            obj.pop("status", None)
+            errs = self.services.prepare_create(obj, (o for _, o in self.store.iter_raw("services")))
+            if errs:
+                raise invalid(ri.kind, meta.get("name", ""), errs)
         if self.storage_protection and ri.resource in ("persistentvolumes", "persistentvolumeclaims"):
             fin = "kubernetes.io/pv-protection" if ri.resource == "persistentvolumes" else "kubernetes.io/pvc-protection"
             if isinstance(meta.get("finalizers"), list) and fin not in meta["finalizers"]:
@@ -413,6 +468,11 @@ class Registry:
                 meta["finalizers"] = [fin]
         elif ri.resource == "storageclasses":
             storagevalidation.default_storage_class(obj)
+        elif ri.group == "batch" and ri.resource == "jobs":
+            batchvalidation.prepare_job_create(obj)
+        elif ri.group == "batch" and ri.resource == "cronjobs":
+            batchvalidation.default_cronjob(obj)
+            obj["status"] = {}
         elif ri.resource == "secrets":
             string_data_to_data(obj)
             if not obj.get("type"):
@@ -455,6 +515,8 @@ class Registry:
         warnings: list[str] = []
         if ri.virtual:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        if sub == "scale":
+            return self._write_scale(ri, ns, name, body, ctx, warnings), warnings
         self._check_type(ri, body)
         body = self._decode_as(ri, body, ctx, warnings)
         bmeta = body.get("metadata") or {}
@@ -469,6 +531,23 @@ class Registry:
         old = self._raw_get(ri, ns, name)
         return self._update_obj(ri, ns, name, sub, old, body, ctx, "Update"), warnings
 
+    def _write_scale(self, ri: ResourceInfo, ns: str, name: str, scale: Obj, ctx: RequestContext,
+                     warnings: list[str]) -> Obj:
+        """PUT/PATCH of the ``scale`` subresource: an autoscaling/v1 Scale sets spec.replicas."""
+        if scale.get("apiVersion") not in (None, "autoscaling/v1") or scale.get("kind") not in (None, "Scale"):
+            raise bad_request(f"the API version in the data ({scale.get('apiVersion')}) does not match the expected "
+                              "API version (autoscaling/v1)")
+        scale = self._decode("autoscaling", "v1", "Scale", scale, ctx, warnings)
+        if errs := apps.scale_errors(scale):
+            raise invalid("Scale", name, errs, "autoscaling")
+        old = self._raw_get(ri, ns, name)
+        rv = str((scale.get("metadata") or {}).get("resourceVersion") or "")
+        if rv and rv != old["metadata"].get("resourceVersion"):
+            raise conflict(ri.resource, name, ri.group)
+        new = copy.deepcopy(old)
+        new.setdefault("spec", {})["replicas"] = int((scale.get("spec") or {}).get("replicas") or 0)
+        return apps.to_scale(self._update_obj(ri, ns, name, "", old, new, ctx, "Update"))
+
     def _update_obj(self, ri: ResourceInfo, ns: str, name: str, sub: str, old: Obj, body: Obj,
                     ctx: RequestContext, operation: str, applied: Obj | None = None) -> Obj:
         expected = str((body.get("metadata") or {}).get("resourceVersion") or "")
@@ -476,6 +555,13 @@ class Registry:
             raise bad_request(why)
         if expected and expected != old["metadata"].get("resourceVersion"):
             raise conflict(ri.resource, name, ri.group)
+        uid = (body.get("metadata") or {}).get("uid")
+        if uid and uid != old["metadata"].get("uid"):
+            # a write meant for an object that was deleted and recreated under the same name (the
+            # kubelet's status PATCH carries the uid for exactly this)
+            raise conflict(ri.resource, name, ri.group,
+                           f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                           f"{old['metadata'].get('uid')}")
         new = self._prepare_update(ri, sub, old, copy.deepcopy(body))
         if ri.resource == "pods" and ri.group == "" and sub == "":
             # Type defaults apply on every write (admission only on create), so a PUT that omits
@@ -486,8 +572,20 @@ class Registry:
             storagevalidation.default_pvc(new)
         elif ri.resource == "persistentvolumes":
             storagevalidation.default_pv(new)
+        elif ri.group == "apps" and sub == "":
+            apps.default_workload(ri.resource, new)
+        elif ri.resource == "services" and ri.group == "" and sub == "":
+            errs = self.services.prepare_update(old, new, (o for k, o in self.store.iter_raw("services")
+                                                           if k != (ns, name)))
+            if errs:
+                raise invalid(ri.kind, name, errs)
         elif ri.resource == "storageclasses":
             storagevalidation.default_storage_class(new)
+        elif ri.group == "batch" and ri.resource == "jobs" and sub == "":
+            batchvalidation.carry_over_job(new, old)
+            batchvalidation.default_job(new)
+        elif ri.group == "batch" and ri.resource == "cronjobs" and sub == "":
+            batchvalidation.default_cronjob(new)
         elif ri.resource == "secrets":
             string_data_to_data(new)  # the v1 -> internal conversion, on every write
             if not new.get("type"):
@@ -560,6 +658,13 @@ class Registry:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         if body is None:
             raise bad_request("empty patch body")
+        if sub == "scale":
+            cur_scale = self.get(ri, ns, name, "scale")
+            patched_scale = (strategic_merge(cur_scale, body) if ptype == "apply"
+                             else apply_patch(cur_scale, body, ptype))
+            if not isinstance(patched_scale, dict):
+                raise bad_request("patch result must be an object")
+            return self._write_scale(ri, ns, name, patched_scale, ctx, warnings), 200, warnings
         current = self.store.get(ri.key, ns if ri.namespaced else "", name)
         if ptype == "apply":
             if not isinstance(body, dict):
@@ -634,10 +739,18 @@ class Registry:
             phase = (obj.get("status") or {}).get("phase")
             if not (obj.get("spec") or {}).get("nodeName") or phase in ("Succeeded", "Failed"):
                 grace = 0
+        gc_changed = False
+        if self.garbage_collection:
+            fins = garbagecollection.deletion_finalizers(ri.group, ri.resource, meta.get("finalizers") or [], opts)
+            gc_changed = fins != (meta.get("finalizers") or [])
+            if gc_changed:
+                meta["finalizers"] = fins
         finalizers = meta.get("finalizers") or []
         if grace == 0 and not finalizers:
             return self.present(ri, self.store.delete(ri.key, key_ns, name)), 200
         if meta.get("deletionTimestamp"):
+            if gc_changed:
+                obj = self.store.update(ri.key, key_ns, name, obj)
             cur = meta.get("deletionGracePeriodSeconds")
             if cur is not None and grace < int(cur):
                 # shortening the grace period moves the deadline earlier (upstream behaviour)
@@ -756,8 +869,34 @@ class Registry:
             raise invalid_options("DeleteOptions", [("dryRun", "Unsupported value: []string{"
                                                      + ", ".join(json.dumps(v) for v in dry)
                                                      + '}: supported values: "All"')])
+        if not ctx.dry_run and not dry:
+            self._charge_disruption_budget(ns, name)
         await self.delete(pod_ri, ns, name, opts, ctx)
         return success_status(), 201
+
+    def _charge_disruption_budget(self, ns: str, name: str) -> None:
+        """PodDisruptionBudget check of the eviction subresource (:mod:`pykubelet.server.pdb`):
+        429 when the budget allows no disruption, else the budget is charged and the pod marked
+        with the DisruptionTarget condition before it is deleted."""
+        pod = self.store.get("pods", ns, name)
+        if pod is None:
+            raise not_found("pods", name)
+        pdb_ri = BY_GVR[("policy", "v1", "poddisruptionbudgets")]
+        now = dt.datetime.now(dt.UTC)
+        budgets = [o for _, o in self.store.iter_raw(pdb_ri.key, ns)]
+        d = pdb.check_eviction(pod, budgets, now)
+        if d.verdict is pdb.Verdict.MULTIPLE:
+            raise StatusError(500, "InternalError", d.cause)
+        if d.verdict is pdb.Verdict.FORBIDDEN:
+            raise StatusError(403, "Forbidden", d.cause)
+        if d.verdict is pdb.Verdict.TOO_MANY:
+            raise StatusError(429, "TooManyRequests", pdb.EVICTION_MESSAGE, retry_after=0,
+                              causes=[{"reason": "DisruptionBudget", "message": d.cause}])
+        if d.verdict is pdb.Verdict.CHARGE and d.pdb is not None:
+            self.store.update(pdb_ri.key, ns, d.pdb["metadata"]["name"], d.pdb,
+                              expected_rv=d.pdb["metadata"].get("resourceVersion"))
+        if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            self.store.update("pods", ns, name, pdb.with_disruption_target(pod, now))
 
     def _token_request(self, ns: str, name: str, body: Obj) -> tuple[Obj, int]:
         sa_ri = BY_GVR[("", "v1", "serviceaccounts")]

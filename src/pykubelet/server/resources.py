@@ -95,6 +95,7 @@ RESOURCES: list[ResourceInfo] = [
                  verbs=["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
                  subresources=[SubresourceInfo("status", "Service", _GET_UPDATE_PATCH)]),
     ResourceInfo("", "v1", "endpoints", "Endpoints", True, ["ep"]),
+    ResourceInfo("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True),
     ResourceInfo("", "v1", "persistentvolumes", "PersistentVolume", False, ["pv"],
                  subresources=[SubresourceInfo("status", "PersistentVolume", _GET_UPDATE_PATCH)]),
     ResourceInfo("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, ["pvc"],
@@ -116,16 +117,66 @@ RESOURCES: list[ResourceInfo] = [
     ResourceInfo("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview",
                  False, verbs=CREATE_ONLY, virtual=True),
     ResourceInfo("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False),
+    ResourceInfo("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
+    ResourceInfo("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
+    ResourceInfo("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    ResourceInfo("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     ResourceInfo("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, ["sc"]),
+    ResourceInfo("batch", "v1", "jobs", "Job", True, categories=["all"],
+                 subresources=[SubresourceInfo("status", "Job", _GET_UPDATE_PATCH, group="batch")]),
+    ResourceInfo("batch", "v1", "cronjobs", "CronJob", True, ["cj"], categories=["all"],
+                 subresources=[SubresourceInfo("status", "CronJob", _GET_UPDATE_PATCH, group="batch")]),
+    # metrics.k8s.io is served from the kubelets' /metrics/resource (server/metricsapi.py), never stored
+    ResourceInfo("metrics.k8s.io", "v1beta1", "nodes", "NodeMetrics", False, verbs=["get", "list"], virtual=True),
+    ResourceInfo("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", True, verbs=["get", "list"], virtual=True),
     ResourceInfo("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ["pdb"],
                  subresources=[SubresourceInfo("status", "PodDisruptionBudget", _GET_UPDATE_PATCH,
                                                group="policy")]),
+    *[ResourceInfo("apps", "v1", res, kind, True, short, categories=["all"],
+                   subresources=[SubresourceInfo("status", kind, _GET_UPDATE_PATCH, group="apps"),
+                                 *([SubresourceInfo("scale", "Scale", _GET_UPDATE_PATCH, group="autoscaling")]
+                                   if res != "daemonsets" else [])])
+      for res, kind, short in (("deployments", "Deployment", ["deploy"]), ("replicasets", "ReplicaSet", ["rs"]),
+                               ("daemonsets", "DaemonSet", ["ds"]), ("statefulsets", "StatefulSet", ["sts"]))],
+    ResourceInfo("apps", "v1", "controllerrevisions", "ControllerRevision", True),
+    # CRDs (server/crd.py), priority, quota and limits (server/priority.py, quota.py, limitrange.py)
+    ResourceInfo("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
+                 ["crd", "crds"], categories=["api-extensions"],
+                 subresources=[SubresourceInfo("status", "CustomResourceDefinition", _GET_UPDATE_PATCH,
+                                               group="apiextensions.k8s.io")]),
+    ResourceInfo("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, ["pc"]),
+    ResourceInfo("", "v1", "resourcequotas", "ResourceQuota", True, ["quota"],
+                 subresources=[SubresourceInfo("status", "ResourceQuota", _GET_UPDATE_PATCH)]),
+    ResourceInfo("", "v1", "limitranges", "LimitRange", True, ["limits"]),
 ]
 
 BY_GVR: dict[tuple[str, str, str], ResourceInfo] = {(r.group, r.version, r.resource): r for r in RESOURCES}
 BY_KEY: dict[str, ResourceInfo] = {}
 for _r in RESOURCES:
     BY_KEY.setdefault(_r.key, _r)
+
+
+def add_resource(r: ResourceInfo) -> None:
+    """Serve ``r`` from now on (custom resources, server/crd.py): discovery, OpenAPI, routing,
+    tables and watch all read RESOURCES/BY_GVR/BY_KEY, which are updated in place."""
+    remove_resource(r.group, r.version, r.resource)
+    RESOURCES.append(r)
+    BY_GVR[(r.group, r.version, r.resource)] = r
+    BY_KEY.setdefault(r.key, r)
+
+
+def remove_resource(group: str, version: str, resource: str) -> ResourceInfo | None:
+    """Stop serving a resource added by :func:`add_resource`; returns what was removed."""
+    r = BY_GVR.pop((group, version, resource), None)
+    if r is None:
+        return None
+    RESOURCES.remove(r)
+    if BY_KEY.get(r.key) is r:
+        del BY_KEY[r.key]
+        other = next((o for o in RESOURCES if o.key == r.key), None)
+        if other is not None:
+            BY_KEY[r.key] = other
+    return r
 
 
 def groups() -> dict[str, list[str]]:
