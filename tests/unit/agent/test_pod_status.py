@@ -246,6 +246,52 @@ async def test_status_manager_never_reads_the_api_when_nothing_changed() -> None
         await sm.stop()
 
 
+async def test_status_manager_writes_a_watched_pod_with_one_patch_and_many_pods_at_once() -> None:
+    pods = []
+    api = FakeApi()
+    for i in range(40):
+        p = pod(name=f"p{i}", uid=f"uid-{i}", containers=["a"])
+        p["metadata"]["resourceVersion"] = "7"  # as the agent's pod watch delivers it
+        api.put(pod_path(p), p)
+        pods.append(p)
+    in_flight = most = gets = 0
+    real_patch, real_get = api.patch, api.get
+
+    async def slow_patch(path: str, body: Any, patch_type: str = "merge", params: Any = None) -> dict[str, Any]:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        return await real_patch(path, body, patch_type, params)
+
+    async def counting_get(path: str, params: Any = None) -> dict[str, Any]:
+        nonlocal gets
+        gets += 1
+        return await real_get(path, params)
+
+    api.patch = slow_patch  # type: ignore[method-assign]
+    api.get = counting_get  # type: ignore[method-assign]
+    sm = StatusManager(api)
+    for p in pods:
+        sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
+    await sm.sync_all()
+    assert len(api.patched) == 40 and gets == 0
+    assert 1 < most <= 32
+
+
+async def test_status_manager_drops_the_status_of_a_pod_recreated_under_its_name() -> None:
+    p = pod(containers=["a"])
+    p["metadata"]["resourceVersion"] = "7"
+    api = api_with(p)
+    api.objects[pod_path(p)]["metadata"]["uid"] = "other"  # deleted and created again meanwhile
+    sm = StatusManager(api)
+    sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
+    await sm.sync_all()
+    assert sm.get_pod_status("uid-p") is None
+    assert api.objects[pod_path(p)].get("status") == p.get("status")  # the new pod's status untouched
+
+
 async def test_status_manager_background_loop() -> None:
     p = pod(containers=["a"])
     api = api_with(p)
