@@ -195,3 +195,19 @@ async def test_the_official_python_client_still_works(server33: ServerHandle) ->
     out = await asyncio.to_thread(drive)
     assert out["labels"] == {"app": "x", "patched": "yes"} and out["annotations"] == {"replaced": "yes"}
     assert out["listed"] == ["pyclient"] and out["secret"] == {"k": base64.b64encode(b"v").decode()}
+
+
+async def test_a_status_patch_for_a_recreated_pod_is_a_uid_conflict(http33: Http) -> None:
+    st, created = await http33.req("POST", PODS, pod("reborn", uid=""))
+    assert st == 201
+    merge = "application/merge-patch+json"
+    st, body = await http33.req("PATCH", f"{PODS}/reborn/status",
+                                {"metadata": {"uid": "the-old-pods-uid"}, "status": {"phase": "Running"}},
+                                content_type=merge)
+    assert st == 409 and body["reason"] == "Conflict"
+    assert body["message"].endswith("Precondition failed: UID in precondition: the-old-pods-uid, "
+                                    f"UID in object meta: {created['metadata']['uid']}")
+    st, body = await http33.req("PATCH", f"{PODS}/reborn/status",
+                                {"metadata": {"uid": created["metadata"]["uid"]}, "status": {"phase": "Running"}},
+                                content_type=merge)
+    assert st == 200 and body["status"]["phase"] == "Running"
