@@ -399,3 +399,28 @@ def parse_field_selector(sel: str | None, resource: str) -> tuple[Matcher, dict[
 
 __all__ = ["Requirement", "SelectorError", "field_value", "parse_field_selector",
            "parse_label_requirements", "parse_label_selector"]
+
+
+def label_selector_matches(selector: Any, labels: Any) -> bool:
+    """``metav1.LabelSelectorAsSelector(selector).Matches(labels)``: ``matchLabels`` and
+    ``matchExpressions`` (In, NotIn, Exists, DoesNotExist) ANDed; a nil selector matches
+    nothing and an empty one everything, as upstream's controllers read them."""
+    if not isinstance(selector, dict):
+        return False
+    have = {str(k): str(v) for k, v in (labels or {}).items()}
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if have.get(str(k)) != str(v):
+            return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, vals = str(e.get("key", "")), e.get("operator"), [str(v) for v in e.get("values") or []]
+        if op == "In" and have.get(key) not in vals:
+            return False
+        if op == "NotIn" and key in have and have[key] in vals:
+            return False
+        if op == "Exists" and key not in have:
+            return False
+        if op == "DoesNotExist" and key in have:
+            return False
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False
+    return True
