@@ -49,7 +49,7 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from pykubelet.server import discovery, kubeletproxy, protobuf
+from pykubelet.server import discovery, kubeletproxy, metricsapi, protobuf
 from pykubelet.server.auth import PKI, Attributes, Authorizer, TokenAuth, UserInfo, user_from_peercert
 from pykubelet.server.errors import StatusError, bad_request, invalid_options, method_not_allowed
 from pykubelet.server.patch import PATCH_TYPES
@@ -487,6 +487,7 @@ class ApiHttp:
         self.server_addr = "127.0.0.1:6443"
         self._watch_tasks: set[asyncio.Task[Any]] = set()
         self.stopping = asyncio.Event()
+        self.metrics = metricsapi.MetricsApi()  # metrics.k8s.io, scraped from the kubelets
 
     def watch_timeout(self, requested: int | None) -> float:
         """Seconds a watch may last: the server's own timeout, drawn like upstream's
@@ -557,11 +558,16 @@ class ApiHttp:
             if not public:
                 raise StatusError(401, "Unauthorized", "Unauthorized")
             user = UserInfo("system:anonymous", "", ["system:unauthenticated"])
+        attr_name = info.name
+        if not attr_name and info.verb in ("list", "watch"):  # RequestInfoFactory: a single-object list
+            sel = (query.get("fieldSelector") or "").replace(" ", "")
+            if sel.startswith("metadata.name=") and "," not in sel:
+                attr_name = sel.removeprefix("metadata.name=").lstrip("=")
         attrs = Attributes(user=user, verb=info.verb, namespace=info.namespace, api_group=info.group,
-                           resource=info.resource, subresource=info.subresource, name=info.name, path=path,
+                           resource=info.resource, subresource=info.subresource, name=attr_name, path=path,
                            resource_request=info.resource_request)
         if not public:
-            ok, _why = self.authorizer.authorize(attrs)
+            ok, why = self.authorizer.authorize(attrs)
             if not ok:
                 if info.resource_request:
                     res = info.resource + (f"/{info.subresource}" if info.subresource else "")
@@ -572,10 +578,13 @@ class ApiHttp:
                     if info.name:
                         msg = f'{info.resource} "{info.name}" is forbidden: User "{user.name}" cannot {info.verb} ' \
                               f'resource "{res}"{grp}{scope}'
+                    if why:
+                        msg += f": {why}"
                     raise StatusError(403, "Forbidden", msg, name=info.name or None, kind=info.resource,
                                       group=info.group)
                 raise StatusError(403, "Forbidden",
-                                  f'forbidden: User "{user.name}" cannot {info.verb} path "{path}"')
+                                  f'forbidden: User "{user.name}" cannot {info.verb} path "{path}"'
+                                  + (f": {why}" if why else ""))
         if not info.resource_request:
             return await self._non_resource(request, path)
         return await self._resource(request, info, user)
@@ -622,6 +631,10 @@ class ApiHttp:
         ri = lookup(info.group, info.version, info.resource)
         if ri is None:
             raise StatusError(404, "NotFound", "the server could not find the requested resource")
+        if info.group == metricsapi.GROUP and not info.subresource:
+            return json_response(await metricsapi.serve(
+                request, api=self.metrics, store=self.registry.store, verb=info.verb, namespace=info.namespace,
+                resource=info.resource, name=info.name, version=info.version))
         if info.namespace and not ri.namespaced and info.resource != "namespaces":
             raise StatusError(404, "NotFound", "the server could not find the requested resource")
         if (info.verb in ("update", "patch") and not info.name) or (
