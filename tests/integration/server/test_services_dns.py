@@ -110,3 +110,68 @@ async def test_external_name_unknown_names_and_forwarding(srv: ServerHandle, api
     assert (await query(srv, "nope.default.svc.cluster.local")).header.rcode == RCODE.NXDOMAIN
     assert (await query(srv, "default.svc.cluster.local")).header.rcode == RCODE.NOERROR
     assert (await query(srv, "example.org")).header.rcode == RCODE.SERVFAIL  # no resolver answers offline
+
+
+@pytest.fixture
+async def ctl_srv(tmp_path: Path) -> AsyncIterator[ServerHandle]:
+    async with run_server(tmp_path / "data", port=0, controllers=True, dns_address="127.0.0.1", dns_port=0,
+                          dns_upstreams=[]) as s:
+        yield s
+
+
+async def _eventually(check: Any, within: float = 10.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        got = await check()
+        if got:
+            return got
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.1)
+
+
+async def test_endpoint_controllers_follow_pod_readiness(ctl_srv: ServerHandle) -> None:
+    api = ApiClient(ctl_srv.url, token=ctl_srv.admin_token, ca_file=str(ctl_srv.ca_file))
+    try:
+        await api.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+        for i in range(2):
+            await api.create("/api/v1/namespaces/default/pods", {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"web-{i}", "labels": {"app": "web"}},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox",
+                                                           "ports": [{"name": "http", "containerPort": 8080}]}]}})
+            await api.patch(f"/api/v1/namespaces/default/pods/web-{i}/status", {"status": {
+                "phase": "Running", "podIP": f"198.18.0.{10 + i}", "podIPs": [{"ip": f"198.18.0.{10 + i}"}],
+                "conditions": [{"type": "Ready", "status": "True"}]}})
+        await api.create("/api/v1/namespaces/default/services",
+                         service("web", clusterIP="None", selector={"app": "web"},
+                                 ports=[{"name": "http", "port": 80, "targetPort": "http"}]))
+
+        async def ready_ips() -> list[str]:
+            r = await query(ctl_srv, "web.default.svc.cluster.local")
+            return answers(r)
+
+        assert await _eventually(lambda: _eq(ready_ips(), ["198.18.0.10", "198.18.0.11"]))
+        await api.patch("/api/v1/namespaces/default/pods/web-1/status",
+                        {"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+        assert await _eventually(lambda: _eq(ready_ips(), ["198.18.0.10"]))
+
+        async def endpoints() -> bool:
+            ep = await api.get("/api/v1/namespaces/default/endpoints/web")
+            sub = (ep.get("subsets") or [{}])[0]
+            return [a["ip"] for a in sub.get("notReadyAddresses", [])] == ["198.18.0.11"] and \
+                sub["ports"] == [{"name": "http", "port": 8080, "protocol": "TCP"}]
+
+        assert await _eventually(endpoints)
+        await api.delete("/api/v1/namespaces/default/services/web")
+
+        async def gone() -> bool:
+            lst = await api.list("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
+                                 {"labelSelector": "kubernetes.io/service-name=web"})
+            return not lst["items"]
+
+        assert await _eventually(gone)
+    finally:
+        await api.close()
+
+
+async def _eq(coro: Any, want: Any) -> bool:
+    return bool(await coro == want)

@@ -26,6 +26,8 @@ class Runnable(Protocol):
 
 
 REGISTRY: dict[str, str] = {
+    "endpointslice": "pykubelet.server.controllers.endpointslice:EndpointSliceController",
+    "endpoints": "pykubelet.server.controllers.endpoints:EndpointsController",
 }
 
 
