@@ -33,8 +33,10 @@ from typing import Any
 
 from pykubelet.agent.container import runtime as t
 from pykubelet.agent.container.grace import pod_termination_grace
+from pykubelet.agent.kuberuntime import etchosts, security
+from pykubelet.agent.kuberuntime.actions import format_pod
 from pykubelet.common import labels as names
-from pykubelet.common import podutil
+from pykubelet.common import podutil, sysctl
 from pykubelet.common.podspec import ENV_VAR_FMT
 from pykubelet.common.quantity import QuantityError, parse_quantity
 from pykubelet.cri import pb
@@ -145,14 +147,6 @@ def dns_config(pod: Pod, *, cluster_dns: list[str], cluster_domain: str, resolv_
 
 
 # --- sandbox ----------------------------------------------------------------------------------
-def _ns_options(spec: dict[str, Any]) -> pb.NamespaceOption:
-    return pb.NamespaceOption(
-        network=pb.NODE if spec.get("hostNetwork") else pb.POD,
-        pid=pb.NODE if spec.get("hostPID") else (pb.POD if spec.get("shareProcessNamespace") else pb.CONTAINER),
-        ipc=pb.NODE if spec.get("hostIPC") else pb.POD,
-    )
-
-
 def sandbox_config(
     pod: Pod,
     attempt: int,
@@ -163,6 +157,7 @@ def sandbox_config(
     cluster_domain: str = "cluster.local",
     resolv_conf: str = "/etc/resolv.conf",
     node_hostname: str = "",
+    security_options: security.SecurityOptions | None = None,
 ) -> pb.PodSandboxConfig:
     md, spec = _md(pod), pod.get("spec") or {}
     labels = {str(k): str(v) for k, v in (md.get("labels") or {}).items()}
@@ -172,10 +167,10 @@ def sandbox_config(
         names.POD_UID_LABEL: md.get("uid", ""),
     })
     annotations = {str(k): str(v) for k, v in (md.get("annotations") or {}).items()}
-    hostname = spec.get("hostname") or md.get("name", "")
-    if spec.get("hostNetwork"):
-        hostname = node_hostname or os.uname().nodename
-    hostname = hostname[:63]
+    try:
+        hostname = etchosts.sandbox_hostname(pod, cluster_domain, node_hostname)
+    except etchosts.HostnameError as e:
+        raise ConfigError(str(e)) from e
     ports = []
     for c in spec.get("containers") or []:
         for p in c.get("ports") or []:
@@ -185,17 +180,23 @@ def sandbox_config(
             ports.append(pb.PortMapping(protocol=proto, container_port=int(p.get("containerPort", 0)),
                                         host_port=int(p["hostPort"]), host_ip=p.get("hostIP", "")))
     psc = spec.get("securityContext") or {}
-    sc = pb.LinuxSandboxSecurityContext(namespace_options=_ns_options(spec))
-    if psc.get("runAsUser") is not None:
-        sc.run_as_user.value = int(psc["runAsUser"])
-    if psc.get("runAsGroup") is not None:
-        sc.run_as_group.value = int(psc["runAsGroup"])
-    sc.supplemental_groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
-    if psc.get("fsGroup") is not None:
-        sc.supplemental_groups.append(int(psc["fsGroup"]))
+    try:
+        sc = security.sandbox_security(pod, security_options or security.SecurityOptions())
+    except security.SecurityContextError as e:
+        raise ConfigError(str(e)) from e
     linux = pb.LinuxPodSandboxConfig(cgroup_parent=cgroup_parent, security_context=sc)
     for s in psc.get("sysctls") or []:
-        linux.sysctls[str(s.get("name"))] = str(s.get("value", ""))
+        linux.sysctls[sysctl.to_dots(str(s.get("name")))] = str(s.get("value", ""))
+    overhead = spec.get("overhead") or {}
+    if isinstance(overhead, dict) and overhead:
+        # upstream: the RuntimeClass overhead (set on the pod by the API server) is passed to CRI too
+        if overhead.get("cpu") is not None:
+            millis = math.ceil(_quantity(overhead["cpu"]) * 1000)
+            linux.overhead.cpu_shares = milli_cpu_to_shares(millis)
+            linux.overhead.cpu_period = CPU_PERIOD
+            linux.overhead.cpu_quota = milli_cpu_to_quota(millis)
+        if overhead.get("memory") is not None:
+            linux.overhead.memory_limit_in_bytes = int(_quantity(overhead["memory"]))
     return pb.PodSandboxConfig(
         metadata=pb.PodSandboxMetadata(name=md.get("name", ""), uid=md.get("uid", ""),
                                        namespace=md.get("namespace", ""), attempt=attempt),
@@ -423,32 +424,18 @@ def linux_resources(pod: Pod, container: dict[str, Any], memory_capacity: int) -
     return r
 
 
-def _security(pod: Pod, container: dict[str, Any]) -> pb.LinuxContainerSecurityContext:
-    spec = pod.get("spec") or {}
-    psc = spec.get("securityContext") or {}
-    csc = container.get("securityContext") or {}
-    sc = pb.LinuxContainerSecurityContext(
-        namespace_options=_ns_options(spec),
-        privileged=bool(csc.get("privileged")),
-        readonly_rootfs=bool(csc.get("readOnlyRootFilesystem")),
-        no_new_privs=csc.get("allowPrivilegeEscalation") is False,
-    )
-    uid = csc.get("runAsUser", psc.get("runAsUser"))
-    if uid is not None:
-        sc.run_as_user.value = int(uid)
-    gid = csc.get("runAsGroup", psc.get("runAsGroup"))
-    if gid is not None:
-        sc.run_as_group.value = int(gid)
-    sc.supplemental_groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
-    if psc.get("fsGroup") is not None:
-        # upstream determineEffectiveSecurityContext: the fsGroup that owns the pod's volumes is a
-        # supplemental group of every container, so their processes can use those volumes
-        sc.supplemental_groups.append(int(psc["fsGroup"]))
-    caps = csc.get("capabilities") or {}
-    if caps:
-        sc.capabilities.add_capabilities.extend(str(c) for c in caps.get("add") or [])
-        sc.capabilities.drop_capabilities.extend(str(c) for c in caps.get("drop") or [])
-    return sc
+def _security(pod: Pod, container: dict[str, Any], options: security.SecurityOptions | None,
+              image_user: tuple[int | None, str] | None) -> pb.LinuxContainerSecurityContext:
+    """The container's CRI security context (``security.container_security``); with the image's user
+    known, ``runAsNonRoot`` is verified against it first (upstream verifyRunAsNonRoot)."""
+    uid, username = image_user if image_user is not None else (None, "")
+    try:
+        if image_user is not None:
+            security.verify_run_as_non_root(pod, container, uid, username, format_pod(pod))
+        return security.container_security(pod, container, options or security.SecurityOptions(),
+                                           image_uid=uid, image_username=username)
+    except security.SecurityContextError as e:
+        raise ConfigError(str(e)) from e
 
 
 async def container_config(
@@ -464,6 +451,8 @@ async def container_config(
     node_allocatable: dict[str, Decimal],
     lookup: Lookup | None = None,
     warn: Warn | None = None,
+    security_options: security.SecurityOptions | None = None,
+    image_user: tuple[int | None, str] | None = None,
 ) -> pb.ContainerConfig:
     md = _md(pod)
     name = container.get("name", "")
@@ -499,6 +488,6 @@ async def container_config(
         tty=bool(container.get("tty")),
         linux=pb.LinuxContainerConfig(
             resources=linux_resources(pod, container, memory_capacity),
-            security_context=_security(pod, container),
+            security_context=_security(pod, container, security_options, image_user),
         ),
     )

@@ -45,7 +45,7 @@ from pykubelet.agent.container import runtime as t
 from pykubelet.agent.container.grace import DEFAULT_POD_GRACE, pod_termination_grace
 from pykubelet.agent.images.manager import ImageManager
 from pykubelet.agent.interfaces import ContainerRuntime, EventRecorder, LifecycleHookRunner
-from pykubelet.agent.kuberuntime import criconfig
+from pykubelet.agent.kuberuntime import criconfig, etchosts, security
 from pykubelet.agent.kuberuntime.actions import (
     PodActions,
     ProbeKillFunc,
@@ -153,6 +153,14 @@ passed in so kuberuntime never imports it); raises ``criconfig.ConfigError`` for
 be made (CreateContainerConfigError)."""
 
 
+RuntimeClassLookup = Callable[[str], Awaitable[JSONObj | None]]
+"""A ``node.k8s.io/v1`` RuntimeClass by name (None when it does not exist)."""
+
+
+class SandboxRefusedError(Exception):
+    """The pod's sandbox cannot be created as asked (FailedCreatePodSandBox)."""
+
+
 @dataclass
 class RuntimeListing:
     """Cheap listing (List* RPCs only): per pod uid, sandbox and container id → state."""
@@ -191,6 +199,8 @@ class RuntimeManager:
         hooks: LifecycleHookRunner | None = None,
         containers_log_dir: str | None = None,
         mounts: ContainerMounts | None = None,
+        security_options: security.SecurityOptions | None = None,
+        runtime_class: RuntimeClassLookup | None = None,
     ) -> None:
         self.runtime = runtime
         self.images = images
@@ -208,6 +218,8 @@ class RuntimeManager:
         self.pods_dir = pods_dir  # <root_dir>/pods: termination-message files live below it
         self.hooks = hooks  # lifecycle.HandlerRunner (postStart / preStop), None = no hooks
         self.mounts = mounts  # volume mounts of a container, None = no volumes
+        self.security_options = security_options or security.SecurityOptions()
+        self.runtime_class = runtime_class  # RuntimeClass objects by name (None: runtimeClassName unsupported)
         # legacy /var/log/containers symlinks live next to the pod logs dir
         self.containers_log_dir = containers_log_dir or symlinks.containers_log_dir(pod_logs_dir)
         self.memory_capacity = read_meminfo().get("MemTotal", 0)
@@ -333,6 +345,7 @@ class RuntimeManager:
         return criconfig.sandbox_config(
             pod, attempt, pod_logs_dir=self.pod_logs_dir, cgroup_parent=self.cgroup_parent(pod),
             cluster_dns=self.cluster_dns, cluster_domain=self.cluster_domain, resolv_conf=self.resolv_conf,
+            security_options=self.security_options,
         )
 
     async def sync_pod(self, pod: Pod, status: t.RuntimePodStatus, *, probe_kill: ProbeKillFunc | None = None,
@@ -376,7 +389,15 @@ class RuntimeManager:
             except OSError as e:
                 log.warning("cannot create log dir %s: %s", sb_config.log_directory, e)
             try:
-                sandbox_id = await self.runtime.run_pod_sandbox(sb_config, self.runtime_handler)
+                handler = await self._sandbox_runtime_handler(pod)
+            except SandboxRefusedError as e:
+                msg = f"Failed to create pod sandbox: {e}"
+                self.recorder.event(pod, "Warning", "FailedCreatePodSandBox", msg)
+                metrics.STARTED_PODS_ERRORS.inc()
+                result.error = msg
+                return result
+            try:
+                sandbox_id = await self.runtime.run_pod_sandbox(sb_config, handler)
             except Exception as e:
                 msg = f"Failed to create pod sandbox: {getattr(e, 'details', None) or e}"
                 self.recorder.event(pod, "Warning", "FailedCreatePodSandBox", msg)
@@ -436,9 +457,13 @@ class RuntimeManager:
                 host_ips=self.host_ips, node_name=self.node_name, memory_capacity=self.memory_capacity,
                 node_allocatable=self.node_allocatable, lookup=self.lookup,
                 warn=lambda reason, message: self.recorder.event(pod, "Warning", reason, message),
+                security_options=self.security_options, image_user=await self._image_user(img.image_ref),
             )
             if self.mounts is not None:
                 config.mounts.extend(await self.mounts(pod, container, {kv.key: kv.value for kv in config.envs}))
+            hosts = await self._etc_hosts_mount(pod, container, pod_ips)
+            if hosts is not None:
+                config.mounts.append(hosts)
         except criconfig.ConfigError as e:
             return self._config_error(pod, name, kind, str(e))
         except (TypeError, ValueError, AttributeError, KeyError) as e:
@@ -483,6 +508,59 @@ class RuntimeManager:
                 metrics.STARTED_CONTAINERS_ERRORS.labels(kind, "PostStartHookError").inc()
                 return False
         return True
+
+    # ------------------------------------------------------------------ security (agent/kuberuntime/security.py)
+    async def _image_user(self, image_ref: str) -> tuple[int | None, str] | None:
+        """Upstream getImageUser from CRI ImageStatus; None when the runtime cannot tell (then the
+        image's own user applies and runAsNonRoot cannot be verified)."""
+        try:
+            resp = await self.runtime.image_status(image_ref)
+        except CRIError as e:
+            log.warning("image status %s: %s", image_ref, e)
+            return None
+        return security.image_user(resp.image if resp.HasField("image") else None)
+
+    async def _sandbox_runtime_handler(self, pod: Pod) -> str:
+        """The CRI runtime handler of the pod's RuntimeClass (upstream runtimeClassManager
+        LookupRuntimeHandler), after checking the runtime supports what the pod asks of it:
+        ``hostUsers: false`` (a handler reporting user namespaces) and ``supplementalGroupsPolicy:
+        Strict`` (the runtime feature). Raises SandboxRefusedError with the reason."""
+        spec = pod.get("spec") or {}
+        handler = self.runtime_handler
+        name = spec.get("runtimeClassName")
+        if name:
+            rc = await self.runtime_class(str(name)) if self.runtime_class is not None else None
+            if rc is None:
+                raise SandboxRefusedError(f'runtimeclass.node.k8s.io "{name}" not found')
+            handler = str(rc.get("handler") or "")
+        psc = spec.get("securityContext") or {}
+        strict = isinstance(psc, dict) and psc.get("supplementalGroupsPolicy") == "Strict"
+        if not security.wants_user_namespace(pod) and not strict:
+            return handler
+        try:
+            st = await self.runtime.status()
+        except CRIError as e:
+            raise SandboxRefusedError(f"cannot read the runtime's features: {e}") from e
+        if security.wants_user_namespace(pod):
+            supported = any(h.name == handler and h.features.user_namespaces for h in st.runtime_handlers)
+            if not supported:
+                raise SandboxRefusedError(
+                    f"RuntimeClass handler {handler!r} does not support user namespaces".replace("'", '"')
+                    + f" (hostUsers: false; runtime {self.runtime_type})")
+        if strict and not st.features.supplemental_groups_policy:
+            raise SandboxRefusedError(
+                "SupplementalGroupsPolicy=Strict is not supported by the container runtime "
+                f"({self.runtime_type})")
+        return handler
+
+    async def _etc_hosts_mount(self, pod: Pod, container: JSONObj, pod_ips: list[str]) -> pb.Mount | None:
+        """Upstream makeMounts' /etc/hosts: the kubelet-managed hosts file of the pod (etchosts)."""
+        if not self.pods_dir or not etchosts.needs_hosts_mount(container, pod_ips):
+            return None
+        pod_dir = os.path.join(self.pods_dir, str(pod["metadata"]["uid"]))
+        path = await asyncio.to_thread(etchosts.ensure_hosts_file, pod_dir, pod, pod_ips, self.cluster_domain)
+        return pb.Mount(container_path=etchosts.ETC_HOSTS_PATH, host_path=path, readonly=False,
+                        selinux_relabel=True)
 
     async def _link_container_log(self, pod: Pod, name: str, cid: str, log_path: str) -> None:
         """Upstream: symlink the container log to the legacy location for cluster logging."""
