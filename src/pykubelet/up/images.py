@@ -472,3 +472,160 @@ def archive_for(ref: str, cache_dir: Path | None = None) -> BuiltImage:
         if ref in image.refs:
             return image
     raise ImageError(f"no offline image named {ref}")
+
+
+# ---------------------------------------------------------------------------------------------
+# `pykubelet images load`: images built elsewhere (docker save, OCI archive, OCI layout)
+
+
+@dataclasses.dataclass
+class LoadSource:
+    """One image found in a user's file: its full name and how skopeo / ctr read it."""
+
+    ref: str  # fully qualified, tagged: docker.io/library/busybox:latest
+    skopeo_src: str  # oci:DIR:NAME or docker-archive:FILE:NAME
+    layout: Path | None  # the OCI layout dir (None for docker archives)
+    archive: Path | None  # the docker save tar (None for OCI)
+    manifest_digest: str = ""
+    layout_ref: str = ""  # the name the OCI layout's index.json gives it (skopeo's oci:DIR:REF)
+
+
+def normalize_ref(name: str, where: str) -> str:
+    """``busybox:1`` -> ``docker.io/library/busybox:1``; a name without a tag is an error."""
+    if "@" in name:
+        raise ImageError(f"{where}: image {name!r} is named by digest; give it a name with a tag")
+    last = name.rsplit("/", 1)[-1]
+    if ":" not in last:
+        raise ImageError(f"{where}: image name {name!r} has no tag (tag it, e.g. {name}:latest)")
+    first = name.split("/", 1)[0]
+    if "/" not in name or not ("." in first or ":" in first or first == "localhost"):
+        name = "docker.io/" + (name if "/" in name else "library/" + name)
+    return name
+
+
+def _platform_of(blobs: Path, desc: dict[str, object], where: str, name: str) -> dict[str, object]:
+    """The descriptor of the manifest for this node's platform (resolving an image index)."""
+    media = str(desc.get("mediaType", ""))
+    digest = str(desc.get("digest", ""))
+    try:
+        data = json.loads((blobs / digest.split(":", 1)[1]).read_bytes())
+    except (OSError, ValueError, IndexError):
+        raise ImageError(f"{where}: blob {digest} of {name} is missing or not JSON") from None
+    if media.endswith("image.index.v1+json") or media.endswith("manifest.list.v2+json") or "manifests" in data:
+        for m in data.get("manifests") or []:
+            p = m.get("platform") or {}
+            if p.get("os", "linux") == "linux" and p.get("architecture") == oci_arch():
+                return _platform_of(blobs, m, where, name)
+        have = sorted({f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}"
+                       for m in data.get("manifests") or []})
+        raise ImageError(f"{where}: {name} has no linux/{oci_arch()} image (it has {', '.join(have) or 'none'})")
+    cfg_digest = str((data.get("config") or {}).get("digest", ""))
+    try:
+        cfg = json.loads((blobs / cfg_digest.split(":", 1)[1]).read_bytes())
+    except (OSError, ValueError, IndexError):
+        raise ImageError(f"{where}: config {cfg_digest} of {name} is missing or not JSON") from None
+    arch = cfg.get("architecture") or "?"
+    if cfg.get("os", "linux") != "linux" or arch != oci_arch():
+        raise ImageError(f"{where}: {name} is for {cfg.get('os', 'linux')}/{arch}, this node is linux/{oci_arch()}")
+    return desc
+
+
+def layout_sources(layout: Path, where: str) -> list[LoadSource]:
+    """The named images of an OCI layout directory."""
+    try:
+        index = json.loads((layout / "index.json").read_text())
+    except (OSError, ValueError):
+        raise ImageError(f"{where} is not an image archive (no readable index.json)") from None
+    out = []
+    for i, desc in enumerate(index.get("manifests") or []):
+        ann = desc.get("annotations") or {}
+        name = ann.get("io.containerd.image.name") or ann.get("org.opencontainers.image.ref.name") or ""
+        if not name or ("/" not in name and ":" not in name and "." not in name):
+            raise ImageError(f"{where}: image #{i + 1} has no name (annotate it with "
+                             "org.opencontainers.image.ref.name=REGISTRY/NAME:TAG)")
+        ref = normalize_ref(name, where)
+        resolved = _platform_of(layout / "blobs" / "sha256", desc, where, ref)
+        layout_name = ann.get("org.opencontainers.image.ref.name") or name
+        out.append(LoadSource(ref, f"oci:{layout}:{layout_name}", layout, None, str(resolved.get("digest", "")),
+                              layout_name))
+    if not out:
+        raise ImageError(f"{where}: the OCI layout holds no image")
+    return out
+
+
+def docker_archive_sources(archive: Path, tf: tarfile.TarFile, where: str) -> list[LoadSource]:
+    """The named images of a `docker save` tar."""
+    try:
+        member = tf.extractfile("manifest.json")
+        entries = json.load(member) if member else []
+    except (KeyError, ValueError):
+        raise ImageError(f"{where} is not an image archive (bad manifest.json)") from None
+    out = []
+    for entry in entries:
+        tags = entry.get("RepoTags") or []
+        if not tags:
+            raise ImageError(f"{where}: an image has no name (save it by name: docker save NAME:TAG)")
+        try:
+            cfg_file = tf.extractfile(entry.get("Config", ""))
+            cfg = json.load(cfg_file) if cfg_file else {}
+        except (KeyError, ValueError):
+            cfg = {}
+        arch = cfg.get("architecture") or "?"
+        if arch != oci_arch():
+            raise ImageError(f"{where}: {tags[0]} is for linux/{arch}, this node is linux/{oci_arch()}")
+        for tag in tags:
+            out.append(LoadSource(normalize_ref(tag, where), f"docker-archive:{archive}:{tag}", None, archive))
+    return out
+
+
+def find_sources(path: Path, scratch: Path) -> list[LoadSource]:
+    """Every image in a file or directory the user named (OCI layout dir, OCI tar, docker save tar)."""
+    where = str(path)
+    if path.is_dir():
+        if not (path / "oci-layout").exists() or not (path / "index.json").exists():
+            raise ImageError(f"{where} is not an image archive (a directory must be an OCI layout: "
+                             "oci-layout, index.json, blobs/)")
+        return layout_sources(path, where)
+    if not path.exists():
+        raise ImageError(f"{where}: no such file or directory")
+    try:
+        tf = tarfile.open(path)
+    except (tarfile.TarError, OSError):
+        raise ImageError(f"{where} is not an image archive (not a tar file; expected docker save output, "
+                         "an OCI archive or an OCI layout directory)") from None
+    with tf:
+        names = set(tf.getnames())
+        if "index.json" in names and "oci-layout" in names:
+            dest = scratch / hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:16]
+            dest.mkdir(parents=True, exist_ok=True)
+            tf.extractall(dest, filter="data")
+            return layout_sources(dest, where)
+        if "manifest.json" in names:
+            return docker_archive_sources(path, tf, where)
+    raise ImageError(f"{where} is not an image archive (no index.json/oci-layout nor manifest.json inside)")
+
+
+def containerd_archive(src: LoadSource, scratch: Path) -> Path:
+    """A tar `ctr images import` names correctly: the docker save tar itself, or the OCI layout tarred
+    with ``io.containerd.image.name`` set to the full name."""
+    if src.archive is not None:
+        return src.archive
+    assert src.layout is not None
+    index = json.loads((src.layout / "index.json").read_text())
+    layout_name = src.layout_ref
+    manifests = []
+    for desc in index.get("manifests") or []:
+        ann = dict(desc.get("annotations") or {})
+        if layout_name in (ann.get("org.opencontainers.image.ref.name"), ann.get("io.containerd.image.name")):
+            ann["io.containerd.image.name"] = src.ref
+            ann["org.opencontainers.image.ref.name"] = src.ref.rsplit(":", 1)[1]
+            manifests.append({**desc, "annotations": ann})
+    out = scratch / (hashlib.sha256(src.ref.encode()).hexdigest()[:16] + ".tar")
+    with tarfile.open(out, "w") as tf:
+        tf.add(src.layout / "oci-layout", "oci-layout")
+        data = json.dumps({**index, "manifests": manifests}).encode()
+        info = tarfile.TarInfo("index.json")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+        tf.add(src.layout / "blobs", "blobs")
+    return out

@@ -20,6 +20,15 @@ encrypted on their next write), and the server gets ``--encryption-provider-conf
 never replaced: it holds the key the existing data needs.  A ``--server-arg
 --encryption-provider-config=FILE`` of the user's own takes its place.
 
+With the private containerd, `up` also runs the node's local registry (:mod:`pykubelet.up.registry`:
+Debian's ``docker-registry`` on 127.0.0.1, storage under ``<data-dir>/registry``, supervised like
+the rest) holding the offline images, and makes it containerd's mirror for ``docker.io``,
+``registry.k8s.io`` and every ``--mirror-registry`` (upstream stays the fallback): an untagged
+``image: busybox`` (pull policy Always) then pulls offline with the digest that was imported. The
+registry starts while containerd does, and images are copied in only when their digest changed,
+so it adds little to the start-up time. ``pykubelet images load`` finds it through
+``<data-dir>/images.json``.
+
 ``--hollow-nodes N`` adds N hollow nodes (:mod:`pykubelet.up.hollow`: real agents on in-memory fake
 runtimes, one supervised ``pykubelet hollow`` process, per-node kubeconfigs) to scale-test the control
 plane like kubemark. The real node runs next to them when it can (an existing CRI socket, or root and
@@ -47,7 +56,9 @@ from pathlib import Path
 
 from pykubelet.up import hollow
 from pykubelet.up.containerd import DEFAULT_CGROUP_PARENT, PrivateContainerd, validate_pod_cidr
-from pykubelet.up.images import ImageError, bootstrap_images
+from pykubelet.up.images import ImageError, bootstrap_images, build_all
+from pykubelet.up.images_cli import write_state
+from pykubelet.up.registry import DEFAULT_MIRRORED, LocalRegistry, RegistryError, write_mirror_hosts_toml
 from pykubelet.up.supervisor import ComponentFailed, ComponentSpec, Supervisor
 
 
@@ -76,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cgroup-root", default=DEFAULT_CGROUP_PARENT, help="parent cgroup of all pods")
     p.add_argument("--server-arg", action="append", default=[], help="extra flag for the server (repeatable)")
     p.add_argument("--agent-arg", action="append", default=[], help="extra flag for the agent (repeatable)")
+    p.add_argument("--mirror-registry", action="append", default=[], metavar="HOST",
+                   help="also mirror this registry in the local registry (docker.io and registry.k8s.io always are)")
+    p.add_argument("--registry-port", type=int, default=0, help="port of the local registry (default: any free one)")
+    p.add_argument("--no-registry", action="store_true", help="do not run the local registry mirror")
     p.add_argument("--hollow-nodes", type=int, default=0, metavar="N",
                    help="also run N hollow nodes (agents on fake runtimes) to scale-test the control plane")
     p.add_argument("--hollow-arg", action="append", default=[], help="extra flag for `pykubelet hollow` (repeatable)")
@@ -225,6 +240,7 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
             loop.add_signal_handler(sig, stop.set)
 
     cd: PrivateContainerd | None = None
+    reg: LocalRegistry | None = None
     sup: Supervisor | None = None
     rc = 0
     try:
@@ -244,12 +260,14 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
                 also_unmount=[data_dir / "agent" / "pods"],  # the agent's --root-dir: pod volumes
             )
             cd.cleanup()  # leftovers of a run that was killed
+            reg = _start_registry(args, data_dir)  # starts while containerd does
             await cd.start()
             endpoint = cd.endpoint
         if endpoint is not None:
             _progress("bootstrapping offline images (busybox, pause)")
             try:
-                imported = await bootstrap_images(endpoint.removeprefix("unix://"), log=_progress)
+                imported, _ = await asyncio.gather(bootstrap_images(endpoint.removeprefix("unix://"), log=_progress),
+                                                   _fill_mirror(reg, cd, args, data_dir))
                 _progress(f"images ready ({len(imported)} imported)")
             except ImageError as e:
                 if cd is not None:
@@ -279,11 +297,16 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
             specs.append(ComponentSpec("hollow", hollow.up_argv(data_dir, args.hollow_nodes, node_ip=args.node_ip,
                                                                 extra=args.hollow_arg),
                                        log_path=logs / "hollow.log", stop_grace=60.0))
+        if reg is not None and reg.process is not None:
+            specs.insert(0, ComponentSpec("registry", ["docker-registry", "serve", str(reg.dir / "config.yml")],
+                                          log_path=reg.log_path, ready=reg.ready, spawn=reg.spawn, stop_grace=5.0))
         if cd is not None and cd.process is not None:  # restarted like the others if it dies
             specs.insert(0, cd.supervised_spec())
         sup = Supervisor(specs, log=_progress)
         if cd is not None and cd.process is not None:
             sup["containerd"].adopt(cd.process)
+        if reg is not None and reg.process is not None:
+            sup["registry"].adopt(reg.process)
         _progress(f"starting the control plane on {url} (log {logs / 'server.log'})")
         await sup["server"].start()
         if endpoint is not None:
@@ -308,10 +331,45 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
         rc = 1
     finally:
         rc = await _shutdown(sup, cd, rc)
+        if reg is not None:
+            await asyncio.to_thread(reg.stop)  # when the supervisor did not take it over yet
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
     return rc
+
+
+def _start_registry(args: argparse.Namespace, data_dir: Path) -> LocalRegistry | None:
+    """Spawn the local registry (readiness is awaited later, in parallel with containerd's start)."""
+    if args.no_registry:
+        return None
+    reg = LocalRegistry(data_dir / "registry", port=args.registry_port)
+    try:
+        reg.stop_stale()
+        reg._write_config()
+        reg.spawn()
+    except (RegistryError, OSError) as e:
+        _progress(f"warning: no local registry mirror ({e}); untagged images (pull policy Always) need internet")
+        return None
+    return reg
+
+
+async def _fill_mirror(reg: LocalRegistry | None, cd: PrivateContainerd | None, args: argparse.Namespace,
+                       data_dir: Path) -> None:
+    """Point containerd at the mirror and copy in the offline images whose digest changed."""
+    if reg is None or cd is None:
+        return
+    await reg.wait_ready()
+    for registry in dict.fromkeys([*DEFAULT_MIRRORED, *args.mirror_registry]):
+        write_mirror_hosts_toml(cd.registry_config_dir, registry, reg.host)
+    write_state(data_dir, reg.host, cd.address, cd.registry_config_dir)
+    built = await asyncio.to_thread(build_all)
+    try:
+        copied = await asyncio.to_thread(reg.mirror_offline_images, built)
+    except RegistryError as e:
+        raise ImageError(f"filling the local registry: {e}") from None
+    _progress(f"local registry {reg.host} mirrors {', '.join(dict.fromkeys([*DEFAULT_MIRRORED, *args.mirror_registry]))}"
+              f" ({len(copied)} image(s) copied)")
 
 
 async def _shutdown(sup: Supervisor | None, cd: PrivateContainerd | None, rc: int) -> int:
