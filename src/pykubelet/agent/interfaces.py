@@ -186,3 +186,21 @@ class HousekeepingContext:
 
 
 HousekeepingStep = Callable[[HousekeepingContext], Awaitable[None]]
+
+
+class NodeResourceReclaimer(Protocol):
+    """Frees node-level resources before the eviction manager evicts pods (upstream
+    ``nodeReclaimFunc``: image GC and dead-container GC).
+
+    ``resource`` is the eviction signal under pressure (``nodefs.available``, ``imagefs.inodesFree``,
+    ...); a reclaimer that cannot help with it returns 0. Returns the bytes freed.
+    """
+
+    async def reclaim(self, resource: str) -> int: ...
+
+
+class NodePressureProvider(Protocol):
+    """The node conditions the eviction manager decided (MemoryPressure, DiskPressure, PIDPressure →
+    under pressure), the transition period applied; the node status reports them as they are."""
+
+    def pressure_conditions(self) -> dict[str, bool] | None: ...

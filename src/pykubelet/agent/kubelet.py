@@ -33,14 +33,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 
 from pykubelet.agent import metrics
 from pykubelet.agent.admission import AdmissionChain, MaxPodsAdmitHandler, ValidPodAdmitHandler
 from pykubelet.agent.admission_security import AppArmorAdmitHandler, SysctlAdmitHandler
+from pykubelet.agent.cm.admission import PredicateAdmitHandler
 from pykubelet.agent.cm.podcgroups import PodCgroupManager
 from pykubelet.agent.config import AgentOptions
+from pykubelet.agent.eviction import EvictionManager, eviction_config
 from pykubelet.agent.housekeeping import (
     Housekeeping,
     directory_step,
@@ -63,11 +65,13 @@ from pykubelet.agent.kuberuntime.manager import RuntimeManager
 from pykubelet.agent.kuberuntime.security import SecurityOptions, apparmor_enabled
 from pykubelet.agent.lifecycle.handlers import HandlerRunner
 from pykubelet.agent.logs import ContainerLogManager
+from pykubelet.agent.nodestatus import machine, pressure, setters
 from pykubelet.agent.pleg import GenericPLEG, PodLifecycleEvent, PodStatusCache, is_sync_pod_worthy
 from pykubelet.agent.podmanager import PodManager, pod_uid
 from pykubelet.agent.podsyncer import PodDirectories, PodSyncer
 from pykubelet.agent.podworkers import PodWorkers, SyncPodType, UpdatePodOptions
 from pykubelet.agent.prober.manager import ProbeManager
+from pykubelet.agent.server.stats import StatsProvider
 from pykubelet.agent.sources.mirror import MirrorClient as ApiMirrorClient
 from pykubelet.agent.status.generate import rfc3339
 from pykubelet.agent.status.manager import StatusManager
@@ -76,6 +80,7 @@ from pykubelet.agent.volumemanager import Mounter, VolumeManager
 from pykubelet.common import podutil
 from pykubelet.common.aio import cancel_and_wait, run_every
 from pykubelet.common.apiclient import ApiClient, ApiError
+from pykubelet.common.quantity import memory_bytes
 from pykubelet.cri import CRIError
 
 log = logging.getLogger(__name__)
@@ -99,6 +104,7 @@ class Kubelet:
         status_reconcile_period: float = 10.0,
         volume_mounter: Mounter | None = None,
         volume_refresh_period: float | None = None,
+        eviction_monitoring_period: float = 10.0,
     ) -> None:
         cfg = self.config = options.config
         self.api = api
@@ -172,6 +178,19 @@ class Kubelet:
             GCPolicy(cfg.image_gc_high_threshold_percent, cfg.image_gc_low_threshold_percent,
                      cfg.image_minimum_gc_age, cfg.image_maximum_gc_age))
         self.image_gc_period = options.image_gc_period
+        # node self-protection (docs/resources.md): node-side predicates, then eviction admission;
+        # the eviction manager's conditions are what the node status reports as pressure
+        self.node_source: Callable[[], JSONObj | None] | None = None  # the API's Node (main wires it)
+        self.local_node: JSONObj | None = None  # the node as this agent would register it (set in start)
+        self._node_labels, self._register_taints = options.node_labels, options.register_with_taints
+        self._machine: machine.MachineInfo | None = None
+        self.admission.append(PredicateAdmitHandler(self.node_for_admission))
+        self.eviction = EvictionManager(
+            eviction_config(cfg, eviction_monitoring_period), read_signals=self._read_signals,
+            summary=StatsProvider(runtime=runtime, node_name=self.node_name, root_dir=str(self.root_dir)),
+            active_pods=self._pods_for_eviction, evictor=self, recorder=recorder,
+            reclaimers=[self.container_gc, self.image_gc], allocatable_memory=self._allocatable_memory)
+        self.admission.append(self.eviction)
         self.housekeeping_period = housekeeping_period
         self._sources_ready: set[str] = set()
         self._required_sources = {s for s, on in (("api", api is not None), ("file", bool(cfg.static_pod_path))) if on}
@@ -209,6 +228,8 @@ class Kubelet:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        self._machine = await asyncio.to_thread(machine.read_machine_info)
+        self.local_node = await asyncio.to_thread(self._build_local_node, self._machine)
         await self.runtime_manager.start()
         await self.volume_manager.start()  # rebuilds the actual state of volumes before any pod syncs
         try:
@@ -219,6 +240,7 @@ class Kubelet:
         self.status_manager.start()
         self.log_manager.start()
         await self._update_runtime_state()
+        self.eviction.start()
         self._tasks = [
             run_every(self._update_runtime_state, RUNTIME_CHECK_PERIOD, name="kubelet-runtime-state", log=log),
             asyncio.get_running_loop().create_task(self._sync_loop(), name="kubelet-sync-loop"),
@@ -231,6 +253,7 @@ class Kubelet:
         """Stop the loops; never touches containers."""
         await cancel_and_wait(*self._tasks, *self._background)
         self._tasks = []
+        await self.eviction.stop()
         await self.housekeeping.stop()
         await self.log_manager.stop()
         await self.pod_workers.stop()
@@ -246,6 +269,54 @@ class Kubelet:
 
     def sources_ready(self) -> bool:
         return self._required_sources <= self._sources_ready
+
+    # ------------------------------------------------------------------ node self-protection
+    def _build_local_node(self, m: machine.MachineInfo) -> JSONObj:
+        """Upstream ``initialNode`` with the capacity/allocatable the node status would report."""
+        cfg = self.config
+        node = setters.initial_node(self.node_name, os_name=m.operating_system or "linux", arch=m.architecture,
+                                    node_labels=self._node_labels, taints=self._register_taints)
+        cap = setters.capacity(cpu_millis=m.cpu_millis, memory_bytes=m.memory_bytes, max_pods=cfg.max_pods,
+                               ephemeral_storage_bytes=machine.filesystem_capacity(self.root_dir),
+                               hugepages=m.hugepages)
+        node["status"] = {"capacity": cap, "allocatable": setters.allocatable(
+            cap, system_reserved=cfg.system_reserved, kube_reserved=cfg.kube_reserved, eviction_hard=cfg.eviction_hard)}
+        return node
+
+    def node_for_admission(self) -> JSONObj | None:
+        """Upstream ``getNodeAnyWay``: the API's Node when known (labels, taints), else the local one."""
+        api_node = self.node_source() if self.node_source is not None else None
+        if api_node is None:
+            return self.local_node
+        if not (api_node.get("status") or {}).get("allocatable") and self.local_node is not None:
+            return {**api_node, "status": {**(api_node.get("status") or {}), **self.local_node["status"]}}
+        return api_node
+
+    def pressure_conditions(self) -> dict[str, bool] | None:
+        """NodePressureProvider for the node status: the eviction manager's conditions."""
+        return self.eviction.pressure_conditions()
+
+    def _read_signals(self) -> tuple[dict[str, int], dict[str, int]]:
+        return pressure.read_signals(self._machine.memory_bytes if self._machine else 0, self.root_dir)
+
+    def _allocatable_memory(self) -> int | None:
+        raw = ((self.local_node or {}).get("status") or {}).get("allocatable", {}).get("memory")
+        return memory_bytes(raw) if raw else None
+
+    def _pods_for_eviction(self) -> list[Pod]:
+        return [p for u, p in self.pod_manager.active()
+                if not self.pod_workers.is_terminating(u) and not self.pod_workers.is_terminated(u)]
+
+    async def evict_pod(self, pod: Pod, message: str, grace: int) -> bool:
+        """PodEvictor (upstream ``killPodNow`` from the eviction manager): Failed/Evicted, then kill."""
+        uid = pod_uid(pod)
+        if self.pod_workers.is_terminating(uid):
+            return False
+        status = dict(self.status_manager.get_pod_status(uid) or pod.get("status") or {})
+        status.update(phase="Failed", reason="Evicted", message=message)
+        self.status_manager.set_pod_status(pod, status)
+        self.pod_workers.update_pod(UpdatePodOptions(SyncPodType.KILL, pod, kill_grace=grace))
+        return True
 
     # ------------------------------------------------------------------ PodProvider
     def pods(self) -> list[Pod]:

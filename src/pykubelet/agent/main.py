@@ -34,6 +34,7 @@ from .config import AgentOptions, ConfigError, load_options
 from .events import EventRecorder
 from .kubelet import Kubelet
 from .nodestatus import NodeStatusManager
+from .proxy.proxier import ServiceProxy, proxy_unavailable
 from .server import KubeletServer
 from .sources import ApiServerSource, FileSource, PodConfig
 from .types import PodUpdate
@@ -122,8 +123,12 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
         if not await _connect_runtime(runtime, stop):
             return 0
         updates: asyncio.Queue[PodUpdate] = asyncio.Queue()
-        kubelet = Kubelet(options=options, api=api, runtime=runtime, recorder=recorder, updates=updates,
-                          volume_mounter=volume_mounter)
+        try:
+            kubelet = Kubelet(options=options, api=api, runtime=runtime, recorder=recorder, updates=updates,
+                              volume_mounter=volume_mounter)
+        except ConfigError as e:
+            log.error("invalid configuration: %s", e)
+            return 1
         await kubelet.start()
         stack.push_async_callback(_stopper("kubelet", kubelet.stop))
 
@@ -135,10 +140,19 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
         if api is not None:
             nsm = NodeStatusManager(options=options, api=api, runtime=runtime, kubelet=kubelet, recorder=recorder)
             await nsm.start()
+            kubelet.node_source = lambda: nsm.node  # node-side admission reads the API's Node
             stack.push_async_callback(_stopper("node status", nsm.stop))
             asrc = ApiServerSource(api, options.node_name, podconfig)
             asrc.start()
             stack.push_async_callback(_stopper("api pod source", asrc.stop))
+            if options.service_proxy:
+                if why := proxy_unavailable():
+                    log.error("--service-proxy: cannot run the service proxy: %s", why)
+                    return 1
+                proxy = ServiceProxy(api, prefix=options.service_proxy_chain_prefix,
+                                     masquerade_bit=cfg.iptables_masquerade_bit)
+                await proxy.start()
+                stack.push_async_callback(_stopper("service proxy", proxy.stop, 30.0))
 
         if cfg.enable_server:
             server = KubeletServer(pods=kubelet, runtime=runtime, options=options, api=api)

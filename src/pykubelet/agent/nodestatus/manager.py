@@ -41,13 +41,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from pykubelet import KUBERNETES_VERSION
 from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient, ApiError
 
 from ..config import AgentOptions
+from ..interfaces import NodePressureProvider
 from . import pressure, setters
 from .lease import LeaseController
 from .machine import HostPaths, MachineInfo, discover_node_ip, filesystem_capacity, read_machine_info
@@ -97,6 +98,8 @@ class StatusInputs:
     # unobserved signals never report pressure.
     pressure_signals: dict[str, int] = field(default_factory=dict)
     pressure_capacity: dict[str, int] = field(default_factory=dict)
+    # The eviction manager's conditions (NodePressureProvider), when the engine has one.
+    decided_pressure: dict[str, bool] | None = None
 
 
 def build_status(
@@ -121,7 +124,8 @@ def build_status(
         pleg_healthy=inputs.pleg_healthy,
         sync_loop_healthy=inputs.sync_loop_healthy,
     )
-    under = pressure.pressure_conditions(inputs.pressure_signals, cfg.eviction_hard, inputs.pressure_capacity)
+    under = pressure.node_pressure(inputs.decided_pressure, inputs.pressure_signals, cfg.eviction_hard,
+                                   inputs.pressure_capacity)
     current = [
         setters.pressure_condition(setters.MEMORY_PRESSURE, under[setters.MEMORY_PRESSURE]),
         setters.pressure_condition(setters.DISK_PRESSURE, under[setters.DISK_PRESSURE]),
@@ -322,7 +326,18 @@ class NodeStatusManager:
             sync_loop_healthy=sync_ok,
             pressure_signals=signals,
             pressure_capacity=sig_cap,
+            decided_pressure=self._decided_pressure(),
         )
+
+    def _decided_pressure(self) -> dict[str, bool] | None:
+        provider = self.kubelet
+        if provider is None or not hasattr(provider, "pressure_conditions"):
+            return None
+        try:
+            return cast(NodePressureProvider, provider).pressure_conditions()
+        except Exception as e:
+            log.debug("eviction manager conditions unavailable: %s", e)
+            return None
 
     def kick(self) -> None:
         """Run a status update now (e.g. the Lease just recovered after failures)."""

@@ -19,8 +19,13 @@ Signals follow upstream ``helpers.go`` (available amounts; a threshold is crosse
 - ``pid.available`` = min(``kernel.pid_max``, ``kernel.threads-max``) - processes in ``/proc``.
 
 Thresholds are quantities or percentages of the signal's capacity; a signal that could not be
-observed, or a percentage whose capacity is unknown, never signals pressure.  Only the hard
-thresholds are considered (no soft thresholds, no pressure-transition period, no pod eviction).
+observed, or a percentage whose capacity is unknown, never signals pressure.
+
+The conditions the node reports are the eviction manager's (``agent/eviction``: hard and soft
+thresholds, minimum reclaim, ``evictionPressureTransitionPeriod``), handed in through the
+``NodePressureProvider`` seam (``node_pressure``); the comparison with ``evictionHard`` here is only
+the fallback before its first pass (or for a status manager run without an engine). The readers below
+are also the eviction manager's memory/filesystem/pid observations.
 """
 
 from __future__ import annotations
@@ -87,6 +92,19 @@ def pressure_conditions(
         if limit is not None and Decimal(observed) < limit:
             out[cond] = True
     return out
+
+
+def node_pressure(
+    decided: Mapping[str, bool] | None, signals: Mapping[str, int], thresholds: Mapping[str, str],
+    capacity: Mapping[str, int],
+) -> dict[str, bool]:
+    """The conditions to report: the eviction manager's decision when it has one, else the hard
+    thresholds against the signals observed here."""
+    if decided is not None:
+        out = {setters.MEMORY_PRESSURE: False, setters.DISK_PRESSURE: False, setters.PID_PRESSURE: False}
+        out.update({k: bool(v) for k, v in decided.items() if k in out})
+        return out
+    return pressure_conditions(signals, thresholds, capacity)
 
 
 def parse_memory_stat(text: str) -> dict[str, int]:
