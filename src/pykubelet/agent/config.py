@@ -568,6 +568,9 @@ class AgentOptions:
     minimum_container_ttl_duration: float = 0.0
     maximum_dead_containers_per_container: int = 1
     maximum_dead_containers: int = -1
+    # The service proxy (agent/proxy, kube-proxy's iptables mode): off unless asked for.
+    service_proxy: bool = False
+    service_proxy_chain_prefix: str = "PYK"
     # Convenience mirrors of config fields other subsystems read often.
 
     @property
@@ -689,6 +692,8 @@ _CONFIG_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--runtime-request-timeout": ("runtime_request_timeout", parse_duration),
     "--pod-cidr": ("pod_cidr", str),
     "--cluster-domain": ("cluster_domain", str),
+    "--manifest-url": ("static_pod_url", str),
+    "--http-check-frequency": ("http_check_frequency", parse_duration),
     "--cluster-dns": ("cluster_dns", lambda s: [x.strip() for x in s.split(",") if x.strip()]),
     "--serialize-image-pulls": ("serialize_image_pulls", _bool),
     "--fail-swap-on": ("fail_swap_on", _bool),
@@ -708,6 +713,9 @@ _GC_FLAGS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "--maximum-dead-containers-per-container": ("maximum_dead_containers_per_container", int,
                                                 "dead containers kept per container name (default 1)"),
     "--maximum-dead-containers": ("maximum_dead_containers", int, "dead containers kept on the node (-1: no limit)"),
+    "--service-proxy": ("service_proxy", _bool, "run the service proxy (iptables ClusterIP/NodePort rules)"),
+    "--service-proxy-chain-prefix": ("service_proxy_chain_prefix", str,
+                                     "prefix of the proxy's iptables chains (default PYK: PYK-SERVICES...)"),
 }
 
 

@@ -1,0 +1,195 @@
+"""The service proxy's I/O: watch Services + EndpointSlices, apply rules with iptables-restore.
+
+Like kube-proxy's iptables ``Proxier``: two list+watch loops keep caches of Services and
+EndpointSlices; any change marks the proxy dirty and a sync runs at most every ``min_sync_period``
+(default 0.1 s, so a readiness change reaches the rules well within a probe period) and at least
+every ``sync_period`` (a full rebuild, which also repairs rules someone else removed).  Each sync
+generates the complete rule text (:mod:`pykubelet.agent.proxy.rules`) and applies it with
+``iptables-restore -w --noflush`` per table, which is atomic per table; the jumps from the builtin
+chains are ensured with ``iptables -C``/``-I`` (inserted first, as kube-proxy does).  ``stop()``
+removes the jumps and every chain of ours, so nothing is left after Ctrl-C.  Blocking commands run
+off the loop (``asyncio.to_thread``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import shutil
+import subprocess
+import time
+from typing import Any, Protocol
+
+from pykubelet.agent.proxy import rules
+from pykubelet.common.aio import cancel_and_wait
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+_PREFIX = re.compile(r"^[A-Z][A-Z0-9]{0,6}$")
+
+
+class WatchApi(Protocol):
+    async def list(self, path: str, params: Any = None) -> Obj: ...
+    def watch(self, path: str, *, resource_version: str | None = None, params: Any = None,
+              timeout_seconds: int | None = None) -> Any: ...
+
+
+def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False, timeout=60)
+
+
+class IptablesError(RuntimeError):
+    pass
+
+
+class Iptables:
+    """The few iptables commands the proxy runs (blocking; call through ``asyncio.to_thread``)."""
+
+    def save(self, table: str) -> str:
+        r = _run(["iptables-save", "-t", table])
+        if r.returncode != 0:
+            raise IptablesError(f"iptables-save -t {table}: {r.stderr.strip()}")
+        return r.stdout
+
+    def restore(self, text: str) -> None:
+        r = _run(["iptables-restore", "-w", "--noflush"], text)
+        if r.returncode != 0:
+            raise IptablesError(f"iptables-restore: {r.stderr.strip()}")
+
+    def ensure_jump(self, table: str, chain: str, spec: list[str]) -> None:
+        if _run(["iptables", "-w", "-t", table, "-C", chain, *spec]).returncode == 0:
+            return
+        r = _run(["iptables", "-w", "-t", table, "-I", chain, "1", *spec])
+        if r.returncode != 0:
+            raise IptablesError(f"iptables -t {table} -I {chain}: {r.stderr.strip()}")
+
+    def delete(self, table: str, args: list[str]) -> None:
+        _run(["iptables", "-w", "-t", table, *args])
+
+
+def proxy_unavailable() -> str:
+    """Why the iptables proxy cannot run here ("" when it can)."""
+    for tool in ("iptables", "iptables-save", "iptables-restore"):
+        if shutil.which(tool) is None:
+            return f"{tool} not found"
+    return ""
+
+
+class _Cache:
+    """One list+watch collection (resourceVersion resume, relist on 410 or error)."""
+
+    def __init__(self, api: WatchApi, path: str, on_change: Any) -> None:
+        self.api, self.path, self.on_change = api, path, on_change
+        self.items: dict[tuple[str, str], Obj] = {}
+        self.synced = asyncio.Event()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                lst = await self.api.list(self.path)
+                self.items = {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
+                              for o in lst.get("items") or []}
+                rv = (lst.get("metadata") or {}).get("resourceVersion")
+                self.synced.set()
+                self.on_change()
+                while True:
+                    async for etype, obj in self.api.watch(self.path, resource_version=rv, timeout_seconds=300):
+                        meta = obj.get("metadata") or {}
+                        rv = meta.get("resourceVersion") or rv
+                        key = (meta.get("namespace", ""), meta.get("name", ""))
+                        if etype == "DELETED":
+                            self.items.pop(key, None)
+                        elif etype in ("ADDED", "MODIFIED"):
+                            self.items[key] = obj
+                        else:
+                            continue
+                        self.on_change()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.info("service proxy: watch %s: %s; relisting", self.path, e)
+                await asyncio.sleep(1.0)
+
+
+class ServiceProxy:
+    def __init__(self, api: WatchApi, *, prefix: str = "PYK", masquerade_bit: int = 14,
+                 min_sync_period: float = 0.1, sync_period: float = 30.0, iptables: Iptables | None = None) -> None:
+        if not _PREFIX.match(prefix):
+            raise ValueError(f"service proxy chain prefix {prefix!r}: 1-7 upper-case letters/digits, a letter first")
+        self.prefix = prefix
+        self.masquerade_bit = masquerade_bit
+        self.min_sync_period = min_sync_period
+        self.sync_period = sync_period
+        self.ipt = iptables or Iptables()
+        self.services = _Cache(api, "/api/v1/services", self._changed)
+        self.slices = _Cache(api, "/apis/discovery.k8s.io/v1/endpointslices", self._changed)
+        self._dirty = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._chains: dict[str, set[str]] = {}
+        self.last_sync_seconds = 0.0
+        self.syncs = 0
+
+    def _changed(self) -> None:
+        self._dirty.set()
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._remove_all)  # leftovers of a killed run
+        self._tasks = [asyncio.create_task(self.services.run(), name="proxy:services"),
+                       asyncio.create_task(self.slices.run(), name="proxy:endpointslices"),
+                       asyncio.create_task(self._loop(), name="proxy:sync")]
+        log.info("service proxy (iptables, chains %s-*) started", self.prefix)
+
+    async def stop(self) -> None:
+        await cancel_and_wait(*self._tasks)
+        await asyncio.to_thread(self._remove_all)
+        log.info("service proxy stopped; its iptables rules are removed")
+
+    async def _loop(self) -> None:
+        await self.services.synced.wait()
+        await self.slices.synced.wait()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._dirty.wait(), self.sync_period)
+            self._dirty.clear()
+            try:
+                await asyncio.to_thread(self.sync)
+            except Exception as e:  # keep serving; the next change or period retries
+                log.error("service proxy: sync failed: %s", e)
+                self._dirty.set()
+                await asyncio.sleep(1.0)
+            await asyncio.sleep(self.min_sync_period)
+
+    def sync(self) -> None:
+        """One full rebuild (blocking)."""
+        t0 = time.perf_counter()
+        ports = rules.service_ports(list(self.services.items.values()), list(self.slices.items.values()))
+        if not self._chains:
+            self._chains = {t: rules.our_chains(self.ipt.save(t), self.prefix) for t in ("nat", "filter")}
+        rs = rules.build_rules(ports, prefix=self.prefix, masquerade_bit=self.masquerade_bit, existing=self._chains)
+        self.ipt.restore(rs.filter + rs.nat)
+        self._chains = rs.chains
+        for table, chain, spec in rules.jump_rules(self.prefix):
+            self.ipt.ensure_jump(table, chain, spec)
+        self.last_sync_seconds = time.perf_counter() - t0
+        self.syncs += 1
+        log.debug("service proxy: %d service ports synced in %.3fs", len(ports), self.last_sync_seconds)
+
+    def _remove_all(self) -> None:
+        for table in ("nat", "filter"):
+            try:
+                saved = self.ipt.save(table)
+            except IptablesError as e:
+                log.warning("service proxy cleanup: %s", e)
+                continue
+            for args in rules.our_jumps(saved, self.prefix):
+                self.ipt.delete(table, args)
+            text = rules.cleanup_text(table, rules.our_chains(saved, self.prefix))
+            if text:
+                try:
+                    self.ipt.restore(text)
+                except IptablesError as e:
+                    log.warning("service proxy cleanup of %s: %s", table, e)
+        self._chains = {}

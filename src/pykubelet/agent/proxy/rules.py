@@ -1,0 +1,254 @@
+"""Pure rule generation for the service proxy: Services + EndpointSlices -> ``iptables-restore`` text.
+
+The chain layout is upstream kube-proxy's iptables mode (``pkg/proxy/iptables/proxier.go``) with our
+own prefix (default ``PYK``) instead of ``KUBE``, so the proxy only ever creates, flushes or deletes
+chains whose name starts with ``<prefix>-`` and never touches anybody else's:
+
+nat table
+  ``<P>-SERVICES``   one rule per ClusterIP:port (``-d <ip>/32 -p <proto> --dport <port>``) jumping
+                     to that port's ``<P>-SVC-<hash>``; last, ``-m addrtype --dst-type LOCAL`` to
+                     ``<P>-NODEPORTS`` (jumped to from PREROUTING and OUTPUT)
+  ``<P>-NODEPORTS``  ``--dport <nodePort>`` -> ``<P>-EXT-<hash>`` (marks for masquerade, then SVC)
+  ``<P>-SVC-<hash>`` mark for masquerade; session affinity (``-m recent --rcheck --seconds T
+                     --reap``) first; then one rule per endpoint with ``-m statistic --mode random
+                     --probability 1/(n-i)`` (the last without), so each endpoint gets 1/n
+  ``<P>-SEP-<hash>`` hairpin masquerade (``-s <ep>/32``), then DNAT to ``<ep>:<port>`` (with
+                     ``-m recent --set`` under session affinity)
+  ``<P>-MARK-MASQ``, ``<P>-POSTROUTING``  the masquerade mark (``1 << iptablesMasqueradeBit``) and
+                     MASQUERADE of marked packets (jumped to from POSTROUTING)
+filter table
+  ``<P>-SERVICES``   REJECT for service ports without any usable endpoint (jumped to from INPUT,
+                     FORWARD and OUTPUT for new connections), as upstream's ``KUBE-SERVICES``
+
+Which endpoints: the ``ready`` ones; if none, the ``serving`` + ``terminating`` ones (upstream's
+terminating-endpoint fallback, so a rolling update does not black-hole connections); if none, the
+port rejects.  Service traffic is always masqueraded (kube-proxy's ``--masquerade-all``): the reply
+then comes back through this node's conntrack whatever the bridge netfilter settings, at the cost
+of the backend seeing the node's address.  Session affinity is decided on the original source
+(PREROUTING), before SNAT, so ``ClientIP`` still pins clients.
+
+The text is applied with ``iptables-restore --noflush``: declaring ``:<chain> - [0:0]`` flushes (or
+creates) a chain of ours and leaves every other chain of the table alone; chains of ours that are no
+longer needed are declared then deleted (``-X``), all in one atomic commit per table.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+Obj = dict[str, Any]
+MAX_CHAIN = 28
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    ip: str
+    port: int
+
+
+@dataclass
+class ServicePort:
+    """One port of one Service as the proxy programs it."""
+
+    namespace: str
+    name: str
+    port_name: str
+    protocol: str
+    cluster_ip: str
+    port: int
+    node_port: int = 0
+    affinity_seconds: int = 0  # > 0: sessionAffinity ClientIP
+    endpoints: list[Endpoint] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return f"{self.namespace}/{self.name}:{self.port_name}"
+
+
+def chain_hash(*parts: str) -> str:
+    """16 characters of base32 of a SHA-256, as upstream's ``servicePortChainName``."""
+    digest = hashlib.sha256("/".join(parts).encode()).digest()
+    return base64.b32encode(digest)[:16].decode()
+
+
+def _usable(ep: Obj) -> tuple[bool, bool]:
+    """(ready, serving-and-terminating) of an EndpointSlice endpoint (nil conditions = true)."""
+    c = ep.get("conditions") or {}
+    ready = c.get("ready") is not False
+    serving = c.get("serving") if c.get("serving") is not None else ready
+    return ready, bool(serving) and c.get("terminating") is True
+
+
+def service_ports(services: Iterable[Obj], slices: Iterable[Obj]) -> list[ServicePort]:
+    """What to program: every port of every ClusterIP/NodePort/LoadBalancer Service with an IP."""
+    by_svc: dict[tuple[str, str], list[Obj]] = {}
+    for sl in slices:
+        meta = sl.get("metadata") or {}
+        owner = (meta.get("labels") or {}).get("kubernetes.io/service-name")
+        if owner and sl.get("addressType", "IPv4") == "IPv4":
+            by_svc.setdefault((meta.get("namespace", ""), owner), []).append(sl)
+    out = []
+    for svc in services:
+        meta, spec = svc.get("metadata") or {}, svc.get("spec") or {}
+        ip = spec.get("clusterIP")
+        if spec.get("type") == "ExternalName" or not ip or ip == "None":
+            continue
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        affinity = 0
+        if spec.get("sessionAffinity") == "ClientIP":
+            affinity = int(((spec.get("sessionAffinityConfig") or {}).get("clientIP") or {}).get("timeoutSeconds")
+                           or 10800)
+        for p in spec.get("ports") or []:
+            proto = p.get("protocol") or "TCP"
+            pname = p.get("name") or ""
+            sp = ServicePort(ns, name, pname, proto, ip, int(p.get("port") or 0),
+                             int(p.get("nodePort") or 0) if spec.get("type") in ("NodePort", "LoadBalancer") else 0,
+                             affinity)
+            ready: list[Endpoint] = []
+            fallback: list[Endpoint] = []
+            for sl in by_svc.get((ns, name), []):
+                port = next((int(x.get("port") or 0) for x in sl.get("ports") or []
+                             if (x.get("name") or "") == pname and (x.get("protocol") or "TCP") == proto), 0)
+                if not port:
+                    continue
+                for ep in sl.get("endpoints") or []:
+                    is_ready, is_fallback = _usable(ep)
+                    for addr in (ep.get("addresses") or [])[:1]:
+                        (ready if is_ready else fallback if is_fallback else []).append(Endpoint(str(addr), port))
+            sp.endpoints = sorted(set(ready or fallback), key=lambda e: (e.ip, e.port))
+            out.append(sp)
+    return sorted(out, key=lambda s: s.id)
+
+
+@dataclass
+class RuleSet:
+    nat: str
+    filter: str
+    chains: dict[str, set[str]]  # table -> our chains in this rule set
+
+
+def _comment(text: str) -> str:
+    return f'-m comment --comment "{text}"'
+
+
+def build_rules(ports: list[ServicePort], *, prefix: str = "PYK", masquerade_bit: int = 14,
+                existing: dict[str, set[str]] | None = None) -> RuleSet:
+    """The ``iptables-restore --noflush`` input for both tables; ``existing`` = our chains now in
+    the kernel (those not generated again are deleted)."""
+    mark = f"{1 << masquerade_bit:#x}"
+    P = prefix
+    services, nodeports, postrouting, markmasq = f"{P}-SERVICES", f"{P}-NODEPORTS", f"{P}-POSTROUTING", \
+        f"{P}-MARK-MASQ"
+    nat_chains = [services, nodeports, postrouting, markmasq]
+    nat_rules: list[str] = [
+        f"-A {markmasq} -j MARK --or-mark {mark}",
+        f"-A {postrouting} -m mark ! --mark {mark}/{mark} -j RETURN",
+        f"-A {postrouting} -j MARK --xor-mark {mark}",
+        f"-A {postrouting} {_comment('pykubelet service traffic requiring SNAT')} -j MASQUERADE",
+    ]
+    filter_chains = [services]
+    filter_rules: list[str] = []
+    node_rules: list[str] = []
+    for sp in ports:
+        proto = sp.protocol.lower()
+        h = chain_hash(sp.id, sp.protocol)
+        svc_chain, ext_chain = f"{P}-SVC-{h}", f"{P}-EXT-{h}"
+        if not sp.endpoints:
+            filter_rules.append(f"-A {services} -d {sp.cluster_ip}/32 -p {proto} {_comment(sp.id + ' has no endpoints')}"
+                                f" -m {proto} --dport {sp.port} -j REJECT --reject-with icmp-port-unreachable")
+            if sp.node_port:
+                filter_rules.append(f"-A {services} -m addrtype --dst-type LOCAL -p {proto} "
+                                    f"{_comment(sp.id + ' has no endpoints')} -m {proto} --dport {sp.node_port} "
+                                    "-j REJECT --reject-with icmp-port-unreachable")
+            continue
+        nat_chains.append(svc_chain)
+        nat_rules.append(f"-A {services} -d {sp.cluster_ip}/32 -p {proto} {_comment(sp.id + ' cluster IP')} "
+                         f"-m {proto} --dport {sp.port} -j {svc_chain}")
+        nat_rules.append(f"-A {svc_chain} {_comment(sp.id + ' cluster IP')} -j {markmasq}")
+        if sp.node_port:
+            nat_chains.append(ext_chain)
+            node_rules.append(f"-A {nodeports} -p {proto} {_comment(sp.id)} -m {proto} --dport {sp.node_port} "
+                              f"-j {ext_chain}")
+            nat_rules.append(f"-A {ext_chain} {_comment('masquerade traffic for ' + sp.id + ' external destinations')} "
+                             f"-j {markmasq}")
+            nat_rules.append(f"-A {ext_chain} -j {svc_chain}")
+        seps = [(ep, f"{P}-SEP-{chain_hash(sp.id, sp.protocol, ep.ip, str(ep.port))}") for ep in sp.endpoints]
+        if sp.affinity_seconds:
+            for ep, sep in seps:
+                nat_rules.append(f"-A {svc_chain} {_comment(f'{sp.id} -> {ep.ip}:{ep.port}')} -m recent --name {sep} "
+                                 f"--mask 255.255.255.255 --rsource --rcheck --seconds {sp.affinity_seconds} --reap "
+                                 f"-j {sep}")
+        n = len(seps)
+        for i, (ep, sep) in enumerate(seps):
+            stat = "" if i == n - 1 else f"-m statistic --mode random --probability {1.0 / (n - i):0.10f} "
+            nat_rules.append(f"-A {svc_chain} {_comment(f'{sp.id} -> {ep.ip}:{ep.port}')} {stat}-j {sep}")
+            nat_chains.append(sep)
+            nat_rules.append(f"-A {sep} -s {ep.ip}/32 {_comment(sp.id)} -j {markmasq}")
+            recent = f"-m recent --name {sep} --mask 255.255.255.255 --rsource --set " if sp.affinity_seconds else ""
+            nat_rules.append(f"-A {sep} -p {proto} {_comment(sp.id)} {recent}-m {proto} "
+                             f"-j DNAT --to-destination {ep.ip}:{ep.port}")
+    nat_rules += node_rules
+    nat_rules.append(f"-A {services} {_comment('pykubelet service nodeports')} ! -d 127.0.0.0/8 "
+                     f"-m addrtype --dst-type LOCAL -j {nodeports}")
+    existing = existing or {}
+    nat_stale = sorted(existing.get("nat", set()) - set(nat_chains))
+    filter_stale = sorted(existing.get("filter", set()) - set(filter_chains))
+    nat = _table("nat", nat_chains, nat_rules, nat_stale)
+    filt = _table("filter", filter_chains, filter_rules, filter_stale)
+    return RuleSet(nat, filt, {"nat": set(nat_chains), "filter": set(filter_chains)})
+
+
+def _table(name: str, chains: list[str], rules: list[str], stale: list[str]) -> str:
+    lines = [f"*{name}"]
+    lines += [f":{c} - [0:0]" for c in dict.fromkeys([*chains, *stale])]
+    lines += rules
+    lines += [f"-X {c}" for c in stale]
+    lines.append("COMMIT")
+    return "\n".join(lines) + "\n"
+
+
+def jump_rules(prefix: str = "PYK") -> list[tuple[str, str, list[str]]]:
+    """(table, builtin chain, rule spec) jumps into our chains, kept at the top of the builtins."""
+    portals = ["-m", "comment", "--comment", "pykubelet service portals", "-j", f"{prefix}-SERVICES"]
+    new = ["-m", "conntrack", "--ctstate", "NEW"]
+    return [
+        ("nat", "PREROUTING", portals),
+        ("nat", "OUTPUT", portals),
+        ("nat", "POSTROUTING", ["-m", "comment", "--comment", "pykubelet postrouting rules",
+                                "-j", f"{prefix}-POSTROUTING"]),
+        ("filter", "INPUT", [*new, *portals]),
+        ("filter", "FORWARD", [*new, *portals]),
+        ("filter", "OUTPUT", [*new, *portals]),
+    ]
+
+
+def our_chains(save_output: str, prefix: str) -> set[str]:
+    """Chains named ``<prefix>-...`` in one table's ``iptables-save`` output."""
+    return {line[1:].split()[0] for line in save_output.splitlines()
+            if line.startswith(":") and line[1:].startswith(prefix + "-")}
+
+
+def our_jumps(save_output: str, prefix: str) -> list[list[str]]:
+    """``-D`` argument lists for rules in builtin chains that jump into our chains."""
+    import shlex
+
+    out = []
+    for line in save_output.splitlines():
+        if not line.startswith("-A "):
+            continue
+        parts = shlex.split(line)
+        chain = parts[1]
+        if chain.startswith(prefix + "-"):
+            continue
+        if "-j" in parts and parts[parts.index("-j") + 1].startswith(prefix + "-"):
+            out.append(["-D", *parts[1:]])
+    return out
+
+
+def cleanup_text(table: str, chains: set[str]) -> str:
+    """Flush and delete all our chains of a table (after the jumps into them were removed)."""
+    return _table(table, [], [], sorted(chains)) if chains else ""
