@@ -36,6 +36,7 @@ from pykubelet.common.aio import cancel_and_wait
 from pykubelet.server import (
     admission,
     apps,
+    apps,
     batchvalidation,
     events_conv,
     garbagecollection,
@@ -240,6 +241,8 @@ class Registry:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         if sub == "scale":
             return apps.to_scale(self.present(ri, self._raw_get(ri, ns, name)))
+        if sub == "scale":
+            return apps.to_scale(self.present(ri, self._raw_get(ri, ns, name)))
         return self.present(ri, self._raw_get(ri, ns, name))
 
     def list_objects(self, ri: ResourceInfo, ns: str | None, label_sel: str | None, field_sel: str | None,
@@ -361,6 +364,9 @@ class Registry:
         elif not errs and ri.group == "apps":
             errs += (apps.validate_controller_revision(obj) if ri.resource == "controllerrevisions"
                      else apps.validate_workload(ri.resource, obj, old))
+        elif not errs and ri.group == "apps":
+            errs += (apps.validate_controller_revision(obj) if ri.resource == "controllerrevisions"
+                     else apps.validate_workload(ri.resource, obj, old))
         elif not errs and ri.group == "batch" and ri.resource == "jobs" and sub == "":
             errs += batchvalidation.validate_job(obj, old)
         elif not errs and ri.group == "batch" and ri.resource == "cronjobs" and sub == "":
@@ -455,6 +461,8 @@ class Registry:
             storagevalidation.default_pv(obj)
         elif ri.group == "apps":
             apps.prepare_create(ri.resource, obj)
+        elif ri.group == "apps":
+            apps.prepare_create(ri.resource, obj)
         elif ri.resource == "services" and ri.group == "":
             obj.pop("status", None)
             errs = self.services.prepare_create(obj, (o for _, o in self.store.iter_raw("services")))
@@ -517,6 +525,8 @@ class Registry:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         if sub == "scale":
             return self._write_scale(ri, ns, name, body, ctx, warnings), warnings
+        if sub == "scale":
+            return self._write_scale(ri, ns, name, body, ctx, warnings), warnings
         self._check_type(ri, body)
         body = self._decode_as(ri, body, ctx, warnings)
         bmeta = body.get("metadata") or {}
@@ -530,6 +540,23 @@ class Registry:
             body = events_conv.to_core(body)
         old = self._raw_get(ri, ns, name)
         return self._update_obj(ri, ns, name, sub, old, body, ctx, "Update"), warnings
+
+    def _write_scale(self, ri: ResourceInfo, ns: str, name: str, scale: Obj, ctx: RequestContext,
+                     warnings: list[str]) -> Obj:
+        """PUT/PATCH of the ``scale`` subresource: an autoscaling/v1 Scale sets spec.replicas."""
+        if scale.get("apiVersion") not in (None, "autoscaling/v1") or scale.get("kind") not in (None, "Scale"):
+            raise bad_request(f"the API version in the data ({scale.get('apiVersion')}) does not match the expected "
+                              "API version (autoscaling/v1)")
+        scale = self._decode("autoscaling", "v1", "Scale", scale, ctx, warnings)
+        if errs := apps.scale_errors(scale):
+            raise invalid("Scale", name, errs, "autoscaling")
+        old = self._raw_get(ri, ns, name)
+        rv = str((scale.get("metadata") or {}).get("resourceVersion") or "")
+        if rv and rv != old["metadata"].get("resourceVersion"):
+            raise conflict(ri.resource, name, ri.group)
+        new = copy.deepcopy(old)
+        new.setdefault("spec", {})["replicas"] = int((scale.get("spec") or {}).get("replicas") or 0)
+        return apps.to_scale(self._update_obj(ri, ns, name, "", old, new, ctx, "Update"))
 
     def _write_scale(self, ri: ResourceInfo, ns: str, name: str, scale: Obj, ctx: RequestContext,
                      warnings: list[str]) -> Obj:
@@ -572,6 +599,8 @@ class Registry:
             storagevalidation.default_pvc(new)
         elif ri.resource == "persistentvolumes":
             storagevalidation.default_pv(new)
+        elif ri.group == "apps" and sub == "":
+            apps.default_workload(ri.resource, new)
         elif ri.group == "apps" and sub == "":
             apps.default_workload(ri.resource, new)
         elif ri.resource == "services" and ri.group == "" and sub == "":
@@ -658,6 +687,13 @@ class Registry:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         if body is None:
             raise bad_request("empty patch body")
+        if sub == "scale":
+            cur_scale = self.get(ri, ns, name, "scale")
+            patched_scale = (strategic_merge(cur_scale, body) if ptype == "apply"
+                             else apply_patch(cur_scale, body, ptype))
+            if not isinstance(patched_scale, dict):
+                raise bad_request("patch result must be an object")
+            return self._write_scale(ri, ns, name, patched_scale, ctx, warnings), 200, warnings
         if sub == "scale":
             cur_scale = self.get(ri, ns, name, "scale")
             patched_scale = (strategic_merge(cur_scale, body) if ptype == "apply"

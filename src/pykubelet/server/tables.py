@@ -583,6 +583,186 @@ def _sc_row(sc: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | N
             sc.get("volumeBindingMode") or "Immediate", bool(sc.get("allowVolumeExpansion")), _age(sc, now)], None
 
 
+# --- apps/v1 (upstream printers.go: printDeployment, printReplicaSet, printDaemonSet, ...) ---------
+
+
+def label_selector_text(sel: Any) -> str:
+    """metav1.FormatLabelSelector: ``<none>`` for an empty selector."""
+    from pykubelet.server.apps import selector_string
+    return selector_string(sel) or "<none>"
+
+
+def _template_cells(o: Obj) -> list[Any]:
+    cs = (((o.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+    return [",".join(str(c.get("name", "")) for c in cs), ",".join(str(c.get("image", "")) for c in cs)]
+
+
+_CONTAINERS_COL = col("Containers", priority=1, desc="Names of each container in the template.")
+_IMAGES_COL = col("Images", priority=1, desc="Images referenced by each container in the template.")
+_SELECTOR_COL = col("Selector", priority=1, desc="Label selector for pods. Existing ReplicaSets whose pods are "
+                    "selected by this will be the ones affected by this deployment.")
+
+
+def _with_wide(cols: list[dict[str, Any]], fn: Callable[[Obj], list[Any]]) -> tuple[list[dict[str, Any]], RowFn]:
+    """NAME, the priority-0 columns, AGE, then the priority-1 (wide) ones, as upstream orders them."""
+    n = len([c for c in cols if not c["priority"]])
+
+    def row(o: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+        cells = fn(o)
+        return [_name(o), *cells[:n], _age(o, now), *cells[n:]], None
+
+    return [NAME_COL, *cols[:n], AGE_COL, *cols[n:]], row
+
+
+def _apps_printers() -> dict[str, tuple[list[dict[str, Any]], RowFn]]:
+    def st(o: Obj, k: str) -> int:
+        return int((o.get("status") or {}).get(k) or 0)
+
+    def sp(o: Obj, k: str) -> int:
+        return int((o.get("spec") or {}).get(k) or 0)
+
+    def sel(o: Obj) -> str:
+        return label_selector_text((o.get("spec") or {}).get("selector"))
+
+    def node_sel(o: Obj) -> str:
+        ns = (((o.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
+        return ",".join(f"{k}={v}" for k, v in sorted(ns.items())) or "<none>"
+
+    def controller(o: Obj) -> str:
+        for ref in (o.get("metadata") or {}).get("ownerReferences") or []:
+            if ref.get("controller"):
+                group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+                kind = str(ref.get("kind", "")).lower()
+                return f"{kind}.{group}/{ref.get('name', '')}" if group else f"{kind}/{ref.get('name', '')}"
+        return "<none>"
+
+    return {
+        "deployments": _with_wide(
+            [col("Ready", desc="Number of the pod with ready state"),
+             col("Up-to-date", "integer", desc="Total number of non-terminated pods targeted by this deployment "
+                 "that have the desired template spec."),
+             col("Available", "integer", desc="Total number of available pods (ready for at least minReadySeconds) "
+                 "targeted by this deployment."),
+             _CONTAINERS_COL, _IMAGES_COL, _SELECTOR_COL],
+            lambda o: [f"{st(o, 'readyReplicas')}/{sp(o, 'replicas')}", st(o, "updatedReplicas"),
+                       st(o, "availableReplicas"), *_template_cells(o), sel(o)]),
+        "replicasets": _with_wide(
+            [col("Desired", "integer", desc="Replicas is the number of desired replicas."),
+             col("Current", "integer", desc="Replicas is the most recently observed number of replicas."),
+             col("Ready", "integer", desc="The number of ready replicas for this replica set."),
+             _CONTAINERS_COL, _IMAGES_COL, _SELECTOR_COL],
+            lambda o: [sp(o, "replicas"), st(o, "replicas"), st(o, "readyReplicas"), *_template_cells(o), sel(o)]),
+        "daemonsets": _with_wide(
+            [col("Desired", "integer", desc="The total number of nodes that should be running the daemon pod."),
+             col("Current", "integer", desc="The number of nodes that are running at least 1 daemon pod and are "
+                 "supposed to run the daemon pod."),
+             col("Ready", "integer", desc="The number of nodes that should be running the daemon pod and have one "
+                 "or more of the daemon pod running and ready."),
+             col("Up-to-date", "integer", desc="The total number of nodes that are running updated daemon pod"),
+             col("Available", "integer", desc="The number of nodes that should be running the daemon pod and have "
+                 "one or more of the daemon pod running and available."),
+             col("Node Selector", desc="NodeSelector is a selector which must be true for the pod to fit on a node."),
+             _CONTAINERS_COL, _IMAGES_COL, _SELECTOR_COL],
+            lambda o: [st(o, "desiredNumberScheduled"), st(o, "currentNumberScheduled"), st(o, "numberReady"),
+                       st(o, "updatedNumberScheduled"), st(o, "numberAvailable"), node_sel(o), *_template_cells(o),
+                       sel(o)]),
+        "statefulsets": _with_wide(
+            [col("Ready", desc="Number of the pod with ready state"), _CONTAINERS_COL, _IMAGES_COL],
+            lambda o: [f"{st(o, 'readyReplicas')}/{sp(o, 'replicas')}", *_template_cells(o)]),
+        "controllerrevisions": _simple(
+            [col("Controller", desc="Controller of the object"),
+             col("Revision", "integer", desc="Revision indicates the revision of the state represented by Data.")],
+            lambda o: [controller(o), int(o.get("revision") or 0)]),
+    }
+
+
+# --- batch/v1 (pkg/printers/internalversion printJob / printCronJob) ----------------------------
+def _has_condition(o: Obj, typ: str) -> bool:
+    return any(c.get("type") == typ and c.get("status") == "True" for c in (o.get("status") or {}).get("conditions") or [])
+
+
+def _selector_text(sel: Any) -> str:
+    if not sel:
+        return "<none>"
+    parts = [f"{k}={v}" for k, v in sorted((sel.get("matchLabels") or {}).items())]
+    for e in sel.get("matchExpressions") or []:
+        op, vals = e.get("operator"), ",".join(e.get("values") or [])
+        parts.append({"In": f"{e.get('key')} in ({vals})", "NotIn": f"{e.get('key')} notin ({vals})",
+                      "Exists": str(e.get("key")), "DoesNotExist": f"!{e.get('key')}"}.get(op, str(e.get("key"))))
+    return ",".join(parts) or "<none>"
+
+
+def _batch_template_cells(pod_spec: Any) -> list[str]:
+    cs = (pod_spec or {}).get("containers") or []
+    return [",".join(c.get("name", "") for c in cs), ",".join(c.get("image", "") for c in cs)]
+
+
+def job_status_text(job: Obj) -> str:
+    if _has_condition(job, "Complete"):
+        return "Complete"
+    if _has_condition(job, "Failed"):
+        return "Failed"
+    if _meta(job).get("deletionTimestamp"):
+        return "Terminating"
+    for typ in ("Suspended", "FailureTarget", "SuccessCriteriaMet"):
+        if _has_condition(job, typ):
+            return typ
+    return "Running"
+
+
+def _job_row(job: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+    spec, st = job.get("spec") or {}, job.get("status") or {}
+    succeeded = int(st.get("succeeded") or 0)
+    if spec.get("completions") is not None:
+        completions = f"{succeeded}/{spec['completions']}"
+    elif int(spec.get("parallelism") or 0) > 1:
+        completions = f"{succeeded}/1 of {spec['parallelism']}"
+    else:
+        completions = f"{succeeded}/1"
+    start, end = parse_time(st.get("startTime")), parse_time(st.get("completionTime"))
+    duration = ""
+    if start is not None:
+        duration = human_duration(((end or now) - start).total_seconds())
+    tspec = (spec.get("template") or {}).get("spec")
+    return [_name(job), job_status_text(job), completions, duration, _age(job, now), *_batch_template_cells(tspec),
+            _selector_text(spec.get("selector"))], None
+
+
+JOB_COLUMNS = [
+    NAME_COL,
+    col("Status", desc="Status of the job."),
+    col("Completions", desc="The desired number of successfully finished pods the job should be run with."),
+    col("Duration", desc="Time required to complete the job."),
+    AGE_COL,
+    col("Containers", priority=1, desc="Names of each container in the template."),
+    col("Images", priority=1, desc="Images referenced by each container in the template."),
+    col("Selector", priority=1, desc="A label query over pods that should match the pod count."),
+]
+
+
+def _cronjob_row(cj: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+    spec, st = cj.get("spec") or {}, cj.get("status") or {}
+    last = since(st["lastScheduleTime"], now) if st.get("lastScheduleTime") else "<none>"
+    jspec = (spec.get("jobTemplate") or {}).get("spec") or {}
+    return [_name(cj), spec.get("schedule", ""), spec.get("timeZone") or "<none>",
+            "True" if spec.get("suspend") else "False", len(st.get("active") or []), last, _age(cj, now),
+            *_batch_template_cells((jspec.get("template") or {}).get("spec")), _selector_text(jspec.get("selector"))], None
+
+
+CRONJOB_COLUMNS = [
+    NAME_COL,
+    col("Schedule", desc="The schedule in Cron format, see https://en.wikipedia.org/wiki/Cron."),
+    col("Timezone", desc="The time zone name for the given schedule, see https://en.wikipedia.org/wiki/List_of_tz_database_time_zones."),
+    col("Suspend", "boolean", desc="This flag tells the controller to suspend subsequent executions, it does not apply to already started executions.  Defaults to false."),
+    col("Active", "integer", desc="A list of pointers to currently running jobs."),
+    col("Last Schedule", desc="Information when was the last time the job was successfully scheduled."),
+    AGE_COL,
+    col("Containers", priority=1, desc="Names of each container in the template."),
+    col("Images", priority=1, desc="Images referenced by each container in the template."),
+    col("Selector", priority=1, desc="A label query over pods that should match the pod count."),
+]
+
+
 def _printers() -> dict[str, tuple[list[dict[str, Any]], RowFn]]:
     p: dict[str, tuple[list[dict[str, Any]], RowFn]] = {
         "pods": (POD_COLUMNS, _pod_row),
@@ -615,6 +795,7 @@ def _printers() -> dict[str, tuple[list[dict[str, Any]], RowFn]]:
         [col("Handler", desc="handler specifies the underlying runtime and configuration that the CRI implementation will use to handle pods of this class.")],
         lambda o: [o.get("handler", "")],
     )
+    p.update(_apps_printers())
     p["generic"] = _simple([], lambda o: [])
     return p
 

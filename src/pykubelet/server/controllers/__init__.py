@@ -26,6 +26,7 @@ class Runnable(Protocol):
 
 
 REGISTRY: dict[str, str] = {
+    "replicaset": "pykubelet.server.controllers.replicaset:ReplicaSetController",
     "endpointslice": "pykubelet.server.controllers.endpointslice:EndpointSliceController",
     "endpoints": "pykubelet.server.controllers.endpoints:EndpointsController",
 }

@@ -1,0 +1,203 @@
+"""apps/v1 workloads on the dev control plane: ReplicaSets, Deployments, DaemonSets, StatefulSets.
+
+The server runs with all its controllers; a "pod runner" plays the kubelet of one node over the
+API: it registers the node, renews its Lease, marks every pod bound to it Running and Ready and
+finishes pods being deleted (grace 0), so rollouts progress as on a real node.  The real kubectl
+drives the objects where its client-side logic matters (scale, set image, rollout undo/status).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pykubelet.common.apiclient import ApiClient, ApiError
+from pykubelet.server.main import ServerHandle, build_parser, run_server, server_options
+
+from .conftest import Kubectl
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+NODE = "worker-1"
+APPS = "/apis/apps/v1/namespaces/default"
+PODS = "/api/v1/namespaces/default/pods"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], deadline: float = 30.0) -> Any:
+    """Poll ``check`` until it returns something truthy (a deadline, not a timing assertion)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    last: Any = None
+    while loop.time() < end:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out; last: {last!r}")
+
+
+class PodRunner:
+    """The kubelet of one node, reduced to API calls: pods bound here become Running + Ready."""
+
+    def __init__(self, api: ApiClient, node: str = NODE) -> None:
+        self.api = api
+        self.node = node
+        self.tasks: list[asyncio.Task[None]] = []
+        self.max_pods_seen = 0
+
+    async def start(self) -> None:
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": _now(),
+                 "lastTransitionTime": _now()}
+        await self.api.create("/api/v1/nodes", {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": self.node, "labels": {"kubernetes.io/hostname": self.node}},
+            "status": {"conditions": [ready], "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"},
+                       "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}}})
+        await self.api.create(LEASES, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                       "metadata": {"name": self.node, "namespace": "kube-node-lease"},
+                                       "spec": {"holderIdentity": self.node, "leaseDurationSeconds": 40,
+                                                "renewTime": dt.datetime.now(dt.UTC).isoformat()}})
+        self.tasks.append(asyncio.create_task(self._pods()))
+
+    async def _handle(self, pod: dict[str, Any]) -> None:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        if spec.get("nodeName") != self.node:
+            return
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        with contextlib.suppress(ApiError):
+            if meta.get("deletionTimestamp"):
+                await self.api.delete(path, {"gracePeriodSeconds": 0})
+            elif (pod.get("status") or {}).get("phase") != "Running":
+                now = _now()
+                await self.api.patch(path + "/status", {"status": {
+                    "phase": "Running", "podIP": "198.18.0.10",
+                    "conditions": [{"type": t, "status": "True", "lastTransitionTime": now}
+                                   for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")]}})
+
+    async def _pods(self) -> None:
+        while True:
+            with contextlib.suppress(ApiError):
+                lst = await self.api.list("/api/v1/pods")
+                for p in lst.get("items") or []:
+                    await self._handle(p)
+                async for etype, p in self.api.watch("/api/v1/pods",
+                                                     resource_version=lst["metadata"]["resourceVersion"]):
+                    if etype in ("ADDED", "MODIFIED"):
+                        await self._handle(p)
+            await asyncio.sleep(0.2)
+
+    async def stop(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+@pytest.fixture
+async def wsrv(tmp_path: Path) -> AsyncIterator[ServerHandle]:
+    args = build_parser().parse_args(["--secure-port", "0", "--scheduler-retry-interval", "1s"])
+    async with run_server(tmp_path / "data", **server_options(args)) as srv:
+        yield srv
+
+
+@pytest.fixture
+async def api(wsrv: ServerHandle) -> AsyncIterator[ApiClient]:
+    client = ApiClient(wsrv.url, token=wsrv.admin_token, ca_file=str(wsrv.ca_file))
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def runner(api: ApiClient) -> AsyncIterator[PodRunner]:
+    r = PodRunner(api)
+    await r.start()
+    yield r
+    await r.stop()
+
+
+@pytest.fixture
+def wkubectl(wsrv: ServerHandle, tmp_path: Path) -> Kubectl:
+    d = tmp_path / "kcache"
+    d.mkdir()
+    return Kubectl(wsrv, d)
+
+
+def template(labels: dict[str, str], image: str = "busybox:1.36") -> dict[str, Any]:
+    return {"metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "main", "image": image, "command": ["sleep", "3600"]}]}}
+
+
+def workload(kind: str, name: str, replicas: int | None = 1, **spec: Any) -> dict[str, Any]:
+    labels = {"app": name}
+    s: dict[str, Any] = {"selector": {"matchLabels": labels}, "template": template(labels), **spec}
+    if replicas is not None:
+        s["replicas"] = replicas
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": "default"}, "spec": s}
+
+
+async def pods_of(api: ApiClient, app: str, *, active: bool = True) -> list[dict[str, Any]]:
+    items = (await api.list(PODS, {"labelSelector": f"app={app}"})).get("items") or []
+    if active:
+        items = [p for p in items if not p["metadata"].get("deletionTimestamp")]
+    return items
+
+
+# --- ReplicaSet -------------------------------------------------------------------------------
+
+
+async def test_replicaset_creates_its_pods_owned_by_it_and_reports_them_ready(
+        api: ApiClient, runner: PodRunner) -> None:
+    rs = await api.create(f"{APPS}/replicasets", workload("ReplicaSet", "rs1", 3))
+    pods = await eventually(lambda: _count(api, "rs1", 3), 30)
+    for p in pods:
+        ref = p["metadata"]["ownerReferences"][0]
+        assert ref == {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs1", "uid": rs["metadata"]["uid"],
+                       "controller": True, "blockOwnerDeletion": True}
+        assert p["metadata"]["name"].startswith("rs1-")
+
+    async def ready() -> bool:
+        st = (await api.get(f"{APPS}/replicasets/rs1")).get("status") or {}
+        return st.get("readyReplicas") == 3 and st.get("availableReplicas") == 3 and \
+            st.get("fullyLabeledReplicas") == 3 and st.get("observedGeneration") == 1
+    await eventually(ready, 30)
+
+
+async def _count(api: ApiClient, app: str, n: int) -> list[dict[str, Any]] | None:
+    pods = await pods_of(api, app)
+    return pods if len(pods) == n else None
+
+
+async def test_replicaset_adopts_matching_orphans_and_releases_relabelled_pods(
+        api: ApiClient, runner: PodRunner) -> None:
+    orphan = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "orphan", "labels": {"app": "rs2"}},
+              "spec": template({})["spec"]}
+    await api.create(PODS, orphan)
+    await api.create(f"{APPS}/replicasets", workload("ReplicaSet", "rs2", 2))
+    await eventually(lambda: _count(api, "rs2", 2), 30)
+    adopted = await api.get(f"{PODS}/orphan")
+    assert adopted["metadata"]["ownerReferences"][0]["name"] == "rs2"
+    # relabel: the set releases it and makes a replacement
+    await api.patch(f"{PODS}/orphan", {"metadata": {"labels": {"app": "other"}}})
+
+    async def released() -> bool:
+        p = await api.get(f"{PODS}/orphan")
+        return not p["metadata"].get("ownerReferences") and len(await pods_of(api, "rs2")) == 2
+    await eventually(released, 30)
+
+
+async def test_scaling_a_replicaset_down_removes_unscheduled_pods_first(api: ApiClient) -> None:
+    # no node: every pod stays Pending and unscheduled; scale down deletes the newest first
+    await api.create(f"{APPS}/replicasets", workload("ReplicaSet", "rs3", 3))
+    await eventually(lambda: _count(api, "rs3", 3), 30)
+    await api.patch(f"{APPS}/replicasets/rs3/scale", {"spec": {"replicas": 1}})
+    await eventually(lambda: _count(api, "rs3", 1), 30)
+    scale = await api.get(f"{APPS}/replicasets/rs3/scale")
+    assert scale["spec"]["replicas"] == 1 and scale["status"]["selector"] == "app=rs3"
