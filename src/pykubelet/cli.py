@@ -13,7 +13,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("pykubelet.up.main", "all-in-one: private containerd + control plane + agent"),
     "server": ("pykubelet.server.main", "the dev control plane (API server, scheduler, node controller)"),
     "agent": ("pykubelet.agent.main", "the node agent (kubelet)"),
-    "images": ("pykubelet.up.images_cli", "build and import the offline images (images bootstrap)"),
+    "images": ("pykubelet.up.images_cli", "the node's images: bootstrap the offline set, load, list"),
+    "crictl": ("pykubelet.crictl.main", "inspect the node's runtime like crictl (ps, logs, images, rmi...)"),
     "fakecri": ("pykubelet.fakecri.main", "serve the in-memory fake CRI runtime on a unix socket"),
     "hollow": ("pykubelet.up.hollow", "N hollow nodes (agents on fake runtimes) to scale-test a control plane"),
 }

@@ -1,0 +1,1 @@
+"""`pykubelet crictl`: crictl's common commands over the CRI client (see :mod:`pykubelet.crictl.main`)."""
