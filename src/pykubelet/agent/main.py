@@ -33,8 +33,9 @@ from . import metrics
 from .config import AgentOptions, ConfigError, load_options
 from .events import EventRecorder
 from .kubelet import Kubelet
+from .kuberuntime.envvars import service_env
 from .nodestatus import NodeStatusManager
-from .proxy.proxier import ServiceProxy, proxy_unavailable
+from .proxy.proxier import ListWatchCache, ServiceProxy, proxy_unavailable
 from .server import KubeletServer
 from .sources import ApiServerSource, FileSource, PodConfig
 from .types import PodUpdate
@@ -129,6 +130,13 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
         except ConfigError as e:
             log.error("invalid configuration: %s", e)
             return 1
+        if api is not None:  # Services for the pods' service environment variables (envvars.py)
+            services = ListWatchCache(api, "/api/v1/services")
+            services.start()
+            stack.push_async_callback(_stopper("service cache", services.stop))
+            kubelet.runtime_manager.service_env = lambda pod: service_env(pod, list(services.items.values()))
+            with contextlib.suppress(TimeoutError):  # upstream waits for the service informer too
+                await asyncio.wait_for(services.synced.wait(), 5.0)
         await kubelet.start()
         stack.push_async_callback(_stopper("kubelet", kubelet.stop))
 
@@ -150,7 +158,7 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
                     log.error("--service-proxy: cannot run the service proxy: %s", why)
                     return 1
                 proxy = ServiceProxy(api, prefix=options.service_proxy_chain_prefix,
-                                     masquerade_bit=cfg.iptables_masquerade_bit)
+                                     masquerade_bit=cfg.iptables_masquerade_bit, services=services)
                 await proxy.start()
                 stack.push_async_callback(_stopper("service proxy", proxy.stop, 30.0))
 

@@ -147,6 +147,7 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
     registry.default_not_ready_toleration_seconds = default_not_ready_toleration_seconds
     registry.default_unreachable_toleration_seconds = default_unreachable_toleration_seconds
     registry.storage_protection = controllers
+    registry.garbage_collection = controllers  # the garbage collector removes its finalizers
     registry.services = allocator
     registry.bootstrap()
     http = ApiHttp(registry, pki, tokens, authorizer, version_minor=version_minor,
@@ -164,15 +165,23 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
     http.server_addr = f"{host}:{real_port}"
     if advertise_address and advertise_address not in (bind_address, "0.0.0.0"):
         # the pod-facing listener (the gateway address may not exist until the first pod starts)
-        adv_sock = dns.freebind_socket(advertise_address, real_port)
-        await web.SockSite(runner, adv_sock, ssl_context=pki.server_ssl_context()).start()
+        try:
+            adv_sock = dns.freebind_socket(advertise_address, real_port)
+            await web.SockSite(runner, adv_sock, ssl_context=pki.server_ssl_context()).start()
+        except OSError as e:
+            log.error("cannot listen on the advertise address %s:%d (pods cannot reach the API): %s",
+                      advertise_address, real_port, e)
     registry.api_endpoint = (advertise_address, real_port) if advertise_address else None
     registry.ensure_kubernetes_service()
     cluster_dns: dns.ClusterDNS | None = None
     if dns_address:
         cluster_dns = dns.ClusterDNS(store, cluster_domain, dns_upstreams if dns_upstreams is not None
                                      else dns.host_resolvers(exclude=(dns_address,)))
-        dns_port = await cluster_dns.start(dns_address, dns_port)
+        try:
+            dns_port = await cluster_dns.start(dns_address, dns_port)
+        except OSError as e:
+            log.error("cannot serve cluster DNS on %s:%d: %s", dns_address, dns_port, e)
+            cluster_dns = None
     insecure_url = None
     if insecure_port is not None:
         isite = web.TCPSite(runner, "127.0.0.1", insecure_port, reuse_address=True)
@@ -211,6 +220,18 @@ def _duration(value: str) -> float:
         raise argparse.ArgumentTypeError(f"invalid duration {value!r}")
     scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     return sum(float(n) * scale[u] for n, u in parts)
+
+
+def _upstreams(value: str | None) -> list[tuple[str, int]] | None:
+    if value is None:
+        return None
+    if value.strip() == "none":
+        return []
+    out = []
+    for item in value.split(","):
+        host, _, port = item.strip().partition(":")
+        out.append((host, int(port or 53)))
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -254,6 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve cluster DNS (UDP+TCP) on this address (default: no DNS)")
     p.add_argument("--cluster-dns-port", type=int, default=53)
     p.add_argument("--cluster-domain", default="cluster.local")
+    p.add_argument("--cluster-dns-upstream", default=None, metavar="HOST[:PORT],...|none",
+                   help="where cluster DNS forwards other names (default: the nameservers of /etc/resolv.conf)")
+    p.add_argument("--terminated-pod-gc-threshold", type=int, default=12500, metavar="N",
+                   help="pod GC deletes terminated pods beyond this many, oldest first (upstream's flag; "
+                        "0 or less disables it)")
     p.add_argument("--no-controllers", action="store_true", help="run the API server only")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -273,6 +299,7 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
             "monitor_period": args.node_monitor_period,
             "eviction_timeout": args.pod_eviction_timeout,
             "retry_interval": args.scheduler_retry_interval,
+            "terminated_pod_gc_threshold": args.terminated_pod_gc_threshold,
         },
         "default_not_ready_toleration_seconds": args.default_not_ready_toleration_seconds,
         "default_unreachable_toleration_seconds": args.default_unreachable_toleration_seconds,
@@ -285,6 +312,7 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         "dns_address": args.cluster_dns_address,
         "dns_port": args.cluster_dns_port,
         "cluster_domain": args.cluster_domain,
+        "dns_upstreams": _upstreams(args.cluster_dns_upstream),
     }
 
 

@@ -123,6 +123,12 @@ def default_encryption(args: argparse.Namespace) -> bool:
     return not own and not args.server_command
 
 
+def pod_gateway(args: argparse.Namespace) -> str:
+    """The node's address on the pod network (the CNI bridge's, first host of the pod CIDR): where
+    pods reach the API server and the cluster DNS (see docs/services.md)."""
+    return str(ipaddress.ip_network(args.pod_cidr, strict=False).network_address + 1)
+
+
 def server_argv(args: argparse.Namespace, data_dir: Path) -> list[str]:
     if args.server_command:
         return shlex.split(args.server_command)
@@ -139,6 +145,8 @@ def server_argv(args: argparse.Namespace, data_dir: Path) -> list[str]:
         args.bind_address,
         "--secure-port",
         str(args.secure_port),
+        "--advertise-address", pod_gateway(args),
+        "--cluster-dns-address", pod_gateway(args),
         *encryption,
         *args.server_arg,
     ]
@@ -180,6 +188,9 @@ def agent_argv(args: argparse.Namespace, data_dir: Path, node_name: str, endpoin
         args.bind_address,
         "--client-ca-file",
         str(data_dir / "pki" / "ca.crt"),
+        "--cluster-dns", pod_gateway(args),
+        "--cluster-domain", "cluster.local",
+        "--service-proxy=true",
         *args.agent_arg,
     ]
 

@@ -33,8 +33,10 @@ from typing import Any
 
 from pykubelet.agent.container import runtime as t
 from pykubelet.agent.container.grace import pod_termination_grace
+from pykubelet.agent.kuberuntime import dns as poddns
 from pykubelet.agent.kuberuntime import etchosts, security
 from pykubelet.agent.kuberuntime.actions import format_pod
+from pykubelet.agent.kuberuntime.dns import parse_resolv_conf  # noqa: F401  (re-exported)
 from pykubelet.common import labels as names
 from pykubelet.common import podutil, sysctl
 from pykubelet.common.podspec import ENV_VAR_FMT
@@ -99,51 +101,15 @@ def pod_log_dir(pod_logs_dir: str, pod: Pod) -> str:
 
 
 # --- DNS --------------------------------------------------------------------------------------
-def parse_resolv_conf(text: str) -> tuple[list[str], list[str], list[str]]:
-    servers: list[str] = []
-    searches: list[str] = []
-    options: list[str] = []
-    for line in text.splitlines():
-        parts = line.split("#", 1)[0].split()
-        if not parts:
-            continue
-        if parts[0] == "nameserver" and len(parts) > 1:
-            servers.append(parts[1])
-        elif parts[0] in ("search", "domain"):
-            searches = parts[1:]
-        elif parts[0] == "options":
-            options.extend(parts[1:])
-    return servers, searches, options
-
-
 def dns_config(pod: Pod, *, cluster_dns: list[str], cluster_domain: str, resolv_conf: str) -> pb.DNSConfig:
-    spec = pod.get("spec") or {}
-    policy = spec.get("dnsPolicy") or "ClusterFirst"
-    host_network = bool(spec.get("hostNetwork"))
-    servers: list[str] = []
-    searches: list[str] = []
-    options: list[str] = []
-    if policy == "ClusterFirst" and host_network:
-        policy = "Default"
-    if policy in ("ClusterFirst", "ClusterFirstWithHostNet") and cluster_dns:
-        ns = _md(pod).get("namespace", "default")
-        servers = list(cluster_dns)
-        searches = [f"{ns}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain]
-        options = ["ndots:5"]
-    elif policy != "None":
-        try:
-            with open(resolv_conf) as f:
-                servers, searches, options = parse_resolv_conf(f.read())
-        except OSError:
-            pass
-    extra = spec.get("dnsConfig") or {}
-    servers += [s for s in extra.get("nameservers") or [] if s not in servers]
-    searches += [s for s in extra.get("searches") or [] if s not in searches]
-    for o in extra.get("options") or []:
-        name = o.get("name", "")
-        options = [x for x in options if x.split(":")[0] != name]
-        options.append(f"{name}:{o['value']}" if o.get("value") is not None else name)
-    return pb.DNSConfig(servers=servers[:3], searches=searches[:32], options=options)
+    """The sandbox's DNSConfig: the policy logic is :func:`pykubelet.agent.kuberuntime.dns.pod_dns`."""
+    try:
+        with open(resolv_conf) as f:
+            host = f.read()
+    except OSError:
+        host = ""
+    d = poddns.pod_dns(pod, cluster_dns=cluster_dns, cluster_domain=cluster_domain, host_resolv=host)
+    return pb.DNSConfig(servers=d.servers, searches=d.searches, options=d.options)
 
 
 # --- sandbox ----------------------------------------------------------------------------------
@@ -336,9 +302,10 @@ async def make_env(
     node_allocatable: dict[str, Decimal],
     lookup: Lookup | None = None,
     warn: Warn | None = None,
+    service_env: list[tuple[str, str]] | None = None,
 ) -> list[tuple[str, str]]:
     ns = _md(pod).get("namespace", "default")
-    env: dict[str, str] = {}
+    env: dict[str, str] = dict(service_env or [])  # lowest precedence, as upstream (envvars.py)
     for src in container.get("envFrom") or []:
         prefix = src.get("prefix") or ""
         for kind, field in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
@@ -453,11 +420,12 @@ async def container_config(
     warn: Warn | None = None,
     security_options: security.SecurityOptions | None = None,
     image_user: tuple[int | None, str] | None = None,
+    service_env: list[tuple[str, str]] | None = None,
 ) -> pb.ContainerConfig:
     md = _md(pod)
     name = container.get("name", "")
     env = await make_env(pod, container, pod_ips=pod_ips, host_ips=host_ips, node_name=node_name,
-                         node_allocatable=node_allocatable, lookup=lookup, warn=warn)
+                         node_allocatable=node_allocatable, lookup=lookup, warn=warn, service_env=service_env)
     env_map = dict(env)
     labels = {
         names.POD_NAME_LABEL: md.get("name", ""),

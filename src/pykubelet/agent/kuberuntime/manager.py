@@ -204,6 +204,8 @@ class RuntimeManager:
     ) -> None:
         self.runtime = runtime
         self.images = images
+        # Service environment variables of a pod (envvars.py over the agent's Service cache; main sets it).
+        self.service_env: Callable[[Pod], list[tuple[str, str]]] | None = None
         self.recorder = recorder
         self.pod_logs_dir = pod_logs_dir
         self.node_name = node_name
@@ -458,6 +460,7 @@ class RuntimeManager:
                 node_allocatable=self.node_allocatable, lookup=self.lookup,
                 warn=lambda reason, message: self.recorder.event(pod, "Warning", reason, message),
                 security_options=self.security_options, image_user=await self._image_user(img.image_ref),
+                service_env=self.service_env(pod) if self.service_env is not None else None,
             )
             if self.mounts is not None:
                 config.mounts.extend(await self.mounts(pod, container, {kv.key: kv.value for kv in config.envs}))

@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from pykubelet.agent.proxy import rules
@@ -78,13 +79,30 @@ def proxy_unavailable() -> str:
     return ""
 
 
-class _Cache:
-    """One list+watch collection (resourceVersion resume, relist on 410 or error)."""
+class ListWatchCache:
+    """One list+watch collection (resourceVersion resume, relist on 410 or error); ``listeners``
+    are called (synchronously, cheaply) after every change.  The agent's Service cache is one
+    (service environment variables), shared with the proxy."""
 
-    def __init__(self, api: WatchApi, path: str, on_change: Any) -> None:
-        self.api, self.path, self.on_change = api, path, on_change
+    def __init__(self, api: WatchApi, path: str) -> None:
+        self.api, self.path = api, path
+        self.listeners: list[Callable[[], None]] = []
         self.items: dict[tuple[str, str], Obj] = {}
         self.synced = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def on_change(self) -> None:
+        for fn in self.listeners:
+            fn()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(), name=f"list-watch {self.path}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await cancel_and_wait(self._task)
+            self._task = None
 
     async def run(self) -> None:
         while True:
@@ -116,7 +134,8 @@ class _Cache:
 
 class ServiceProxy:
     def __init__(self, api: WatchApi, *, prefix: str = "PYK", masquerade_bit: int = 14,
-                 min_sync_period: float = 0.1, sync_period: float = 30.0, iptables: Iptables | None = None) -> None:
+                 min_sync_period: float = 0.1, sync_period: float = 30.0, iptables: Iptables | None = None,
+                 services: ListWatchCache | None = None) -> None:
         if not _PREFIX.match(prefix):
             raise ValueError(f"service proxy chain prefix {prefix!r}: 1-7 upper-case letters/digits, a letter first")
         self.prefix = prefix
@@ -124,8 +143,10 @@ class ServiceProxy:
         self.min_sync_period = min_sync_period
         self.sync_period = sync_period
         self.ipt = iptables or Iptables()
-        self.services = _Cache(api, "/api/v1/services", self._changed)
-        self.slices = _Cache(api, "/apis/discovery.k8s.io/v1/endpointslices", self._changed)
+        self.services = services or ListWatchCache(api, "/api/v1/services")
+        self.slices = ListWatchCache(api, "/apis/discovery.k8s.io/v1/endpointslices")
+        self.services.listeners.append(self._changed)
+        self.slices.listeners.append(self._changed)
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._chains: dict[str, set[str]] = {}
@@ -137,13 +158,14 @@ class ServiceProxy:
 
     async def start(self) -> None:
         await asyncio.to_thread(self._remove_all)  # leftovers of a killed run
-        self._tasks = [asyncio.create_task(self.services.run(), name="proxy:services"),
-                       asyncio.create_task(self.slices.run(), name="proxy:endpointslices"),
-                       asyncio.create_task(self._loop(), name="proxy:sync")]
+        self.services.start()  # a no-op when the shared cache runs already
+        self.slices.start()
+        self._tasks = [asyncio.create_task(self._loop(), name="proxy:sync")]
         log.info("service proxy (iptables, chains %s-*) started", self.prefix)
 
     async def stop(self) -> None:
         await cancel_and_wait(*self._tasks)
+        await self.slices.stop()
         await asyncio.to_thread(self._remove_all)
         log.info("service proxy stopped; its iptables rules are removed")
 
