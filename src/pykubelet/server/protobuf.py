@@ -96,6 +96,26 @@ SCHEMA: dict[str, str] = {
                                  "status=3:CertificateSigningRequestStatus",
     # k8s.io/api/policy/v1
     "Eviction": "metadata=1:ObjectMeta deleteOptions=2:DeleteOptions",
+    "LabelSelectorRequirement": "key=1:string operator=2:string values=3:[]string",
+    "LabelSelector": "matchLabels=1:map<string,string> matchExpressions=2:[]LabelSelectorRequirement",
+    # k8s.io/api/core/v1 pod templates and k8s.io/api/apps/v1 (kubectl create deployment); only the
+    # fields kubectl's generators set, plus the common ones
+    "ContainerPort": "name=1:string hostPort=2:int32 containerPort=3:int32 protocol=4:string hostIP=5:string",
+    "EnvVar": "name=1:string value=2:string",
+    "Container": "name=1:string image=2:string command=3:[]string args=4:[]string workingDir=5:string "
+                 "ports=6:[]ContainerPort env=7:[]EnvVar terminationMessagePath=13:string imagePullPolicy=14:string "
+                 "stdin=16:bool stdinOnce=17:bool tty=18:bool terminationMessagePolicy=20:string",
+    "PodSpec": "containers=2:[]Container restartPolicy=3:string terminationGracePeriodSeconds=4:int64? "
+               "dnsPolicy=6:string nodeSelector=7:map<string,string> serviceAccountName=8:string "
+               "serviceAccount=9:string nodeName=10:string hostNetwork=11:bool hostPID=12:bool hostIPC=13:bool "
+               "hostname=16:string subdomain=17:string schedulerName=19:string initContainers=20:[]Container "
+               "priorityClassName=24:string",
+    "PodTemplateSpec": "metadata=1:ObjectMeta spec=2:PodSpec",
+    "DeploymentStrategy": "type=1:string",
+    "DeploymentSpec": "replicas=1:int32? selector=2:LabelSelector template=3:PodTemplateSpec "
+                      "strategy=4:DeploymentStrategy minReadySeconds=5:int32 revisionHistoryLimit=6:int32? "
+                      "paused=7:bool progressDeadlineSeconds=9:int32?",
+    "Deployment": "metadata=1:ObjectMeta spec=2:DeploymentSpec",
 }
 
 # kind -> (message, apiVersion used when the envelope leaves it empty)
@@ -108,6 +128,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "TokenReview": ("TokenReview", "authentication.k8s.io/v1"),
     "CertificateSigningRequest": ("CertificateSigningRequest", "certificates.k8s.io/v1"),
     "Eviction": ("Eviction", "policy/v1"),
+    "Deployment": ("Deployment", "apps/v1"),
     "DeleteOptions": ("DeleteOptions", "v1"),
 }
 

@@ -201,3 +201,129 @@ async def test_scaling_a_replicaset_down_removes_unscheduled_pods_first(api: Api
     await eventually(lambda: _count(api, "rs3", 1), 30)
     scale = await api.get(f"{APPS}/replicasets/rs3/scale")
     assert scale["spec"]["replicas"] == 1 and scale["status"]["selector"] == "app=rs3"
+
+
+# --- Deployment -------------------------------------------------------------------------------
+
+
+async def _deployment_done(api: ApiClient, name: str, image: str | None = None) -> bool:
+    d = await api.get(f"{APPS}/deployments/{name}")
+    st, n = d.get("status") or {}, d["spec"]["replicas"]
+    pods = await pods_of(api, name)
+    images_ok = image is None or all(p["spec"]["containers"][0]["image"] == image for p in pods)
+    return (st.get("observedGeneration") == d["metadata"]["generation"] and st.get("updatedReplicas") == n
+            and st.get("availableReplicas") == n and st.get("replicas") == n and len(pods) == n and images_ok)
+
+
+async def test_kubectl_create_scale_set_image_and_undo_a_deployment(
+        api: ApiClient, runner: PodRunner, wkubectl: Kubectl) -> None:
+    await wkubectl.ok("create", "deployment", "web", "--image=busybox:1.36", "--", "httpd", "-f", "-p", "80")
+    out = await wkubectl.ok("rollout", "status", "deployment/web", "--timeout=30s")
+    assert 'deployment "web" successfully rolled out' in out
+    await wkubectl.ok("scale", "deployment/web", "--replicas=3")
+    await eventually(lambda: _deployment_done(api, "web"))
+    rs_list = (await api.list(f"{APPS}/replicasets")).get("items") or []
+    assert len(rs_list) == 1 and rs_list[0]["metadata"]["ownerReferences"][0]["kind"] == "Deployment"
+    hash_ = rs_list[0]["metadata"]["labels"]["pod-template-hash"]
+    assert rs_list[0]["metadata"]["name"] == f"web-{hash_}"
+    assert all(p["metadata"]["labels"]["pod-template-hash"] == hash_ for p in await pods_of(api, "web"))
+
+    await wkubectl.ok("set", "image", "deployment/web", "busybox=busybox:1.37")
+    out = await wkubectl.ok("rollout", "status", "deployment/web", "--timeout=30s")
+    assert "successfully rolled out" in out
+    await eventually(lambda: _deployment_done(api, "web", "busybox:1.37"))
+    d = await api.get(f"{APPS}/deployments/web")
+    assert d["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "2"
+    conds = {c["type"]: c for c in d["status"]["conditions"]}
+    assert conds["Available"]["reason"] == "MinimumReplicasAvailable"
+    assert conds["Progressing"]["reason"] == "NewReplicaSetAvailable"
+    history = await wkubectl.ok("rollout", "history", "deployment/web")
+    assert "1 " in history and "2 " in history
+
+    await wkubectl.ok("rollout", "undo", "deployment/web")
+    await eventually(lambda: _deployment_done(api, "web", "busybox:1.36"))
+    d = await api.get(f"{APPS}/deployments/web")
+    assert d["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "3"
+    table = await wkubectl.ok("get", "deploy", "web")
+    assert table.split("\n")[0].split() == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
+    assert table.split("\n")[1].split()[1:4] == ["3/3", "3", "3"]
+
+
+async def test_rolling_update_keeps_within_max_surge_and_max_unavailable(api: ApiClient, runner: PodRunner) -> None:
+    dep = workload("Deployment", "roll", 4, strategy={"type": "RollingUpdate",
+                                                      "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1}})
+    await api.create(f"{APPS}/deployments", dep)
+    await eventually(lambda: _deployment_done(api, "roll"))
+    lst = await api.list(PODS)
+    live: dict[str, bool] = {}  # active pod -> ready
+    for p in lst["items"]:
+        if p["metadata"]["labels"].get("app") == "roll" and not p["metadata"].get("deletionTimestamp"):
+            live[p["metadata"]["name"]] = any(c["type"] == "Ready" and c["status"] == "True"
+                                              for c in (p.get("status") or {}).get("conditions") or [])
+    most, fewest_ready = len(live), sum(live.values())
+
+    async def observe() -> None:
+        nonlocal most, fewest_ready
+        async for etype, p in api.watch(PODS, resource_version=lst["metadata"]["resourceVersion"]):
+            if p["metadata"]["labels"].get("app") != "roll":
+                continue
+            name = p["metadata"]["name"]
+            if etype == "DELETED" or p["metadata"].get("deletionTimestamp"):
+                live.pop(name, None)
+            else:
+                live[name] = any(c["type"] == "Ready" and c["status"] == "True"
+                                 for c in (p.get("status") or {}).get("conditions") or [])
+            most = max(most, len(live))
+            fewest_ready = min(fewest_ready, sum(live.values()))
+
+    watcher = asyncio.create_task(observe())
+    try:
+        await api.patch(f"{APPS}/deployments/roll",
+                        {"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}}}},
+                        "strategic")
+        await eventually(lambda: _deployment_done(api, "roll", "busybox:1.37"))
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    assert most <= 4 + 1  # never more than maxSurge extra pods
+    assert fewest_ready >= 4 - 1  # never more than maxUnavailable missing
+
+
+async def test_recreate_deployment_removes_old_pods_before_creating_new_ones(
+        api: ApiClient, runner: PodRunner) -> None:
+    await api.create(f"{APPS}/deployments", workload("Deployment", "rec", 2, strategy={"type": "Recreate"}))
+    await eventually(lambda: _deployment_done(api, "rec"))
+    old = {p["metadata"]["name"] for p in await pods_of(api, "rec")}
+    await api.patch(f"{APPS}/deployments/rec",
+                    {"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "x"}}}}},
+                    "strategic")
+    await eventually(lambda: _deployment_done(api, "rec"))
+    assert not old & {p["metadata"]["name"] for p in await pods_of(api, "rec")}
+
+
+async def test_paused_deployment_does_not_roll_out_and_reports_paused(api: ApiClient, runner: PodRunner) -> None:
+    await api.create(f"{APPS}/deployments", workload("Deployment", "pz", 1))
+    await eventually(lambda: _deployment_done(api, "pz"))
+    await api.patch(f"{APPS}/deployments/pz", {"spec": {"paused": True}})
+    await api.patch(f"{APPS}/deployments/pz",
+                    {"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}}}},
+                    "strategic")
+
+    async def paused() -> bool:
+        d = await api.get(f"{APPS}/deployments/pz")
+        return any(c["type"] == "Progressing" and c["reason"] == "DeploymentPaused"
+                   for c in d["status"].get("conditions") or [])
+    await eventually(paused)
+    assert len((await api.list(f"{APPS}/replicasets")).get("items") or []) == 1
+    await api.patch(f"{APPS}/deployments/pz", {"spec": {"paused": False}})
+    await eventually(lambda: _deployment_done(api, "pz", "busybox:1.37"))
+
+
+async def test_invalid_deployment_is_rejected_with_upstream_messages(api: ApiClient) -> None:
+    bad = workload("Deployment", "bad", 1)
+    bad["spec"]["selector"] = {"matchLabels": {"app": "other"}}
+    with pytest.raises(ApiError) as e:
+        await api.create(f"{APPS}/deployments", bad)
+    assert e.value.status == 422
+    assert "spec.template.metadata.labels: Invalid value" in e.value.message
+    assert "`selector` does not match template `labels`" in e.value.message

@@ -27,6 +27,7 @@ class Runnable(Protocol):
 
 REGISTRY: dict[str, str] = {
     "replicaset": "pykubelet.server.controllers.replicaset:ReplicaSetController",
+    "deployment": "pykubelet.server.controllers.deployment:DeploymentController",
     "endpointslice": "pykubelet.server.controllers.endpointslice:EndpointSliceController",
     "endpoints": "pykubelet.server.controllers.endpoints:EndpointsController",
 }
