@@ -122,7 +122,6 @@ def sandbox_config(
     cluster_dns: list[str] | None = None,
     cluster_domain: str = "cluster.local",
     resolv_conf: str = "/etc/resolv.conf",
-    node_hostname: str = "",
     security_options: security.SecurityOptions | None = None,
 ) -> pb.PodSandboxConfig:
     md, spec = _md(pod), pod.get("spec") or {}
@@ -134,7 +133,7 @@ def sandbox_config(
     })
     annotations = {str(k): str(v) for k, v in (md.get("annotations") or {}).items()}
     try:
-        hostname = etchosts.sandbox_hostname(pod, cluster_domain, node_hostname)
+        hostname = etchosts.sandbox_hostname(pod, cluster_domain)
     except etchosts.HostnameError as e:
         raise ConfigError(str(e)) from e
     ports = []

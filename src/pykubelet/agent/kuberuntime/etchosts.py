@@ -46,12 +46,13 @@ def hostname_and_domain(pod: JSON, cluster_domain: str) -> tuple[str, str]:
     return hostname, domain
 
 
-def sandbox_hostname(pod: JSON, cluster_domain: str, node_hostname: str) -> str:
-    """The sandbox's hostname: the node's for hostNetwork pods, else the pod hostname, or its FQDN
-    with ``setHostnameAsFQDN`` (upstream ``GeneratePodHostNameAndDomain`` + ``generatePodSandboxConfig``)."""
+def sandbox_hostname(pod: JSON, cluster_domain: str) -> str:
+    """The sandbox's hostname: the pod hostname, or its FQDN with ``setHostnameAsFQDN`` (upstream
+    ``GeneratePodHostNameAndDomain`` + ``generatePodSandboxConfig``). Empty for hostNetwork pods, as
+    upstream: they share the node's UTS namespace, and runc refuses to set a hostname without one."""
     spec = pod.get("spec") or {}
     if spec.get("hostNetwork"):
-        return (node_hostname or os.uname().nodename)[:MAX_HOSTNAME]
+        return ""
     hostname, domain = hostname_and_domain(pod, cluster_domain)
     if spec.get("setHostnameAsFQDN") is True and domain:
         fqdn = f"{hostname}.{domain}"
