@@ -349,3 +349,11 @@ def next_schedule_after(schedule: str, tz: str | None, after: dt.datetime) -> dt
     zone = load_zone(tz)
     t: dt.datetime = croniter(parse_schedule(schedule), after.astimezone(zone)).get_next(dt.datetime)
     return t.astimezone(dt.UTC)
+
+
+def last_schedule_at_or_before(schedule: str, tz: str | None, when: dt.datetime) -> dt.datetime:
+    """The most recent scheduled time not after ``when`` (aware UTC)."""
+    zone = load_zone(tz)
+    start = (when + dt.timedelta(microseconds=1)).astimezone(zone)
+    t: dt.datetime = croniter(parse_schedule(schedule), start).get_prev(dt.datetime)
+    return t.astimezone(dt.UTC)

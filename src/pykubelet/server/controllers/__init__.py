@@ -26,6 +26,11 @@ class Runnable(Protocol):
 
 
 REGISTRY: dict[str, str] = {
+    "garbagecollector": "pykubelet.server.controllers.garbagecollector:GarbageCollector",
+    "job": "pykubelet.server.controllers.job:JobController",
+    "cronjob": "pykubelet.server.controllers.cronjob:CronJobController",
+    "disruption": "pykubelet.server.controllers.disruption:DisruptionController",
+    "podgc": "pykubelet.server.controllers.podgc:PodGCController",
     "replicaset": "pykubelet.server.controllers.replicaset:ReplicaSetController",
     "deployment": "pykubelet.server.controllers.deployment:DeploymentController",
     "endpointslice": "pykubelet.server.controllers.endpointslice:EndpointSliceController",
