@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,10 @@ def test_security_context_on_containerd(containerd: Any, tmp_path: Path) -> None
     nonroot = api_pod("nonroot", busybox("app", runAsNonRoot=True))
     unsafe = api_pod("unsafe", busybox("app"), securityContext={"sysctls": [{"name": "net.core.somaxconn",
                                                                                "value": "1024"}]})
-    hostnet = api_pod("hostnet", busybox("app"), hostNetwork=True)
-    pods = [main, nonroot, unsafe, hostnet]
+    hostnet = api_pod("hostnet", busybox("app"), hostNetwork=True, hostPID=True, hostIPC=True)
+    shared = api_pod("shared", busybox("a"), busybox("b", ["sh", "-c", "exec sleep 3601"]), shareProcessNamespace=True)
+    pods = [main, nonroot, unsafe, hostnet, shared]
+    host_ns = {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("net", "pid", "ipc")}
 
     async def run() -> None:
         cfg = KubeletConfiguration()
@@ -118,6 +121,14 @@ def test_security_context_on_containerd(containerd: Any, tmp_path: Path) -> None
             assert containerd.bridge in stable and stable <= net_interfaces(dev)
             code, hosts = await sh(st_host, "app", "cat /etc/hosts")
             assert hosts.startswith("# Kubernetes-managed hosts file (host network).")
+            for ns, link in host_ns.items():  # hostNetwork, hostPID, hostIPC: the node's namespaces
+                assert await sh(st_host, "app", f"readlink /proc/self/ns/{ns}") == (0, f"{link}\n")
+            assert (await sh(st, "ro", "readlink /proc/self/ns/net"))[1].strip() != host_ns["net"]
+
+            # shareProcessNamespace: one PID namespace for the pod, the sandbox's pause process is PID 1
+            st_shared = await eventually(lambda: status(shared).get("phase") == "Running" and status(shared))
+            code, out = await sh(st_shared, "a", "cat /proc/1/cmdline; echo; ps -o args")
+            assert out.startswith("/pause") and "sleep 3601" in out
         finally:
             await updates.put(PodUpdate(PodOp.REMOVE, "api", copy.deepcopy(pods)))
             uids = {p["metadata"]["uid"] for p in pods}
