@@ -773,6 +773,8 @@ def _printers() -> dict[str, tuple[list[dict[str, Any]], RowFn]]:
         "persistentvolumes": (PV_COLUMNS, _pv_row),
         "persistentvolumeclaims": (PVC_COLUMNS, _pvc_row),
         "storageclasses": (SC_COLUMNS, _sc_row),
+        "jobs": (JOB_COLUMNS, _job_row),
+        "cronjobs": (CRONJOB_COLUMNS, _cronjob_row),
     }
     p["namespaces"] = _simple(
         [col("Status", desc="The status of the namespace")],
