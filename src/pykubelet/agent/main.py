@@ -29,9 +29,10 @@ from collections.abc import Awaitable, Callable
 from pykubelet.common.apiclient import ApiClient
 from pykubelet.cri import CRIClient
 
-from . import metrics
+from . import configsupport, metrics
 from .config import AgentOptions, ConfigError, load_options
 from .events import EventRecorder
+from .images.endpoint import runtime_client
 from .kubelet import Kubelet
 from .kuberuntime.envvars import service_env
 from .nodestatus import NodeStatusManager
@@ -110,9 +111,11 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
     else:
         log.info("no --kubeconfig: running standalone (static pods only, no node registration)")
 
-    if runtime is None:
-        runtime = CRIClient(options.container_runtime_endpoint, timeout=cfg.runtime_request_timeout,
-                            observer=metrics.cri_observer)
+    for warning in configsupport.warnings(cfg):  # nothing silently ignored
+        log.warning("%s", warning)
+    if runtime is None:  # imageServiceEndpoint, when it differs, gets a gRPC channel of its own
+        runtime = runtime_client(options.container_runtime_endpoint, options.image_service_endpoint,
+                                 timeout=cfg.runtime_request_timeout, observer=metrics.cri_observer)
     recorder = EventRecorder(api, component="kubelet", host=options.node_name)
     async with contextlib.AsyncExitStack() as stack:
         if install_signals:
