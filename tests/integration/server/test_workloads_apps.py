@@ -327,3 +327,105 @@ async def test_invalid_deployment_is_rejected_with_upstream_messages(api: ApiCli
     assert e.value.status == 422
     assert "spec.template.metadata.labels: Invalid value" in e.value.message
     assert "`selector` does not match template `labels`" in e.value.message
+
+
+# --- DaemonSet --------------------------------------------------------------------------------
+
+
+async def test_daemonset_runs_one_pod_per_eligible_node_through_the_scheduler(
+        api: ApiClient, runner: PodRunner) -> None:
+    # a second, tainted node the daemon pods do not tolerate
+    await api.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                       "metadata": {"name": "tainted", "labels": {"kubernetes.io/hostname": "tainted"}},
+                                       "spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]}})
+    await api.create(f"{APPS}/daemonsets", workload("DaemonSet", "agent", None))
+
+    async def one_running() -> list[dict[str, Any]] | None:
+        pods = await pods_of(api, "agent")
+        ok = len(pods) == 1 and pods[0]["spec"].get("nodeName") == NODE and \
+            (pods[0].get("status") or {}).get("phase") == "Running"
+        return pods if ok else None
+    pods = await eventually(one_running)
+    spec = pods[0]["spec"]
+    assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}
+    tolerated = {(t["key"], t["effect"]) for t in spec["tolerations"]}
+    assert ("node.kubernetes.io/unschedulable", "NoSchedule") in tolerated
+    assert ("node.kubernetes.io/not-ready", "NoExecute") in tolerated
+    assert "controller-revision-hash" in pods[0]["metadata"]["labels"]
+
+    async def status_ok() -> bool:
+        st = (await api.get(f"{APPS}/daemonsets/agent")).get("status") or {}
+        return st.get("desiredNumberScheduled") == 1 and st.get("numberReady") == 1 and \
+            st.get("updatedNumberScheduled") == 1 and st.get("numberAvailable") == 1
+    await eventually(status_ok)
+    revs = (await api.list(f"{APPS}/controllerrevisions")).get("items") or []
+    assert [r["revision"] for r in revs] == [1]
+
+    # a template change rolls the pod to the new revision
+    old_name = pods[0]["metadata"]["name"]
+    await api.patch(f"{APPS}/daemonsets/agent",
+                    {"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}}}},
+                    "strategic")
+
+    async def rolled() -> bool:
+        ps = await pods_of(api, "agent")
+        return len(ps) == 1 and ps[0]["metadata"]["name"] != old_name and \
+            ps[0]["spec"]["containers"][0]["image"] == "busybox:1.37"
+    await eventually(rolled)
+
+
+# --- StatefulSet ------------------------------------------------------------------------------
+
+
+async def test_statefulset_creates_pods_in_order_with_claims_and_rolls_from_the_top(
+        api: ApiClient, runner: PodRunner) -> None:
+    sts = workload("StatefulSet", "db", 3, serviceName="db",
+                   volumeClaimTemplates=[{"metadata": {"name": "data"},
+                                          "spec": {"accessModes": ["ReadWriteOnce"],
+                                                   "resources": {"requests": {"storage": "1Mi"}}}}])
+    lst = await api.list(PODS)
+    order: list[str] = []
+
+    async def observe() -> None:
+        async for etype, p in api.watch(PODS, resource_version=lst["metadata"]["resourceVersion"]):
+            if etype == "ADDED" and p["metadata"]["labels"].get("app") == "db":
+                order.append(p["metadata"]["name"])
+
+    watcher = asyncio.create_task(observe())
+    try:
+        await api.create(f"{APPS}/statefulsets", sts)
+
+        async def all_ready() -> bool:
+            st = (await api.get(f"{APPS}/statefulsets/db")).get("status") or {}
+            return st.get("readyReplicas") == 3 and st.get("updatedReplicas") == 3
+        await eventually(all_ready)
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    assert order == ["db-0", "db-1", "db-2"]
+    pod0 = await api.get(f"{PODS}/db-0")
+    assert pod0["spec"]["hostname"] == "db-0" and pod0["spec"]["subdomain"] == "db"
+    assert pod0["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"] == "db-0"
+    assert {"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}} in pod0["spec"]["volumes"]
+    claims = await api.list("/api/v1/namespaces/default/persistentvolumeclaims")
+    assert sorted(c["metadata"]["name"] for c in claims["items"]) == ["data-db-0", "data-db-1", "data-db-2"]
+
+    # rolling update with partition 1: db-2 and db-1 move to the new revision, db-0 stays
+    await api.patch(f"{APPS}/statefulsets/db", {"spec": {
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 1}},
+        "template": {"spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}}}}, "strategic")
+
+    async def partitioned() -> bool:
+        st = (await api.get(f"{APPS}/statefulsets/db")).get("status") or {}
+        images = {p["metadata"]["name"]: p["spec"]["containers"][0]["image"] for p in await pods_of(api, "db")}
+        return st.get("updatedReplicas") == 2 and st.get("readyReplicas") == 3 and images == {
+            "db-0": "busybox:1.36", "db-1": "busybox:1.37", "db-2": "busybox:1.37"}
+    await eventually(partitioned)
+
+    # scale down removes the highest ordinal
+    await api.patch(f"{APPS}/statefulsets/db/scale", {"spec": {"replicas": 2}})
+
+    async def scaled() -> bool:
+        return sorted(p["metadata"]["name"] for p in await pods_of(api, "db")) == ["db-0", "db-1"]
+    await eventually(scaled)

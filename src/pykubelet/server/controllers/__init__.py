@@ -33,6 +33,8 @@ REGISTRY: dict[str, str] = {
     "podgc": "pykubelet.server.controllers.podgc:PodGCController",
     "replicaset": "pykubelet.server.controllers.replicaset:ReplicaSetController",
     "deployment": "pykubelet.server.controllers.deployment:DeploymentController",
+    "daemonset": "pykubelet.server.controllers.daemonset:DaemonSetController",
+    "statefulset": "pykubelet.server.controllers.statefulset:StatefulSetController",
     "endpointslice": "pykubelet.server.controllers.endpointslice:EndpointSliceController",
     "endpoints": "pykubelet.server.controllers.endpoints:EndpointsController",
 }
