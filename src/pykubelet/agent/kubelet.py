@@ -40,7 +40,9 @@ from pykubelet.agent import metrics
 from pykubelet.agent.admission import AdmissionChain, MaxPodsAdmitHandler, ValidPodAdmitHandler
 from pykubelet.agent.admission_security import AppArmorAdmitHandler, SysctlAdmitHandler
 from pykubelet.agent.cm.admission import PredicateAdmitHandler
+from pykubelet.agent.cm.checks import enforce_node_allocatable, run_startup_checks
 from pykubelet.agent.cm.podcgroups import PodCgroupManager
+from pykubelet.agent.cm.systemd import SystemdDbusUnits
 from pykubelet.agent.config import AgentOptions
 from pykubelet.agent.eviction import EvictionManager, eviction_config
 from pykubelet.agent.housekeeping import (
@@ -105,6 +107,7 @@ class Kubelet:
         volume_mounter: Mounter | None = None,
         volume_refresh_period: float | None = None,
         eviction_monitoring_period: float = 10.0,
+        startup_checks: bool = True,
     ) -> None:
         cfg = self.config = options.config
         self.api = api
@@ -119,7 +122,11 @@ class Kubelet:
         self.mirror = mirror
         self.images = ImageManager(runtime, recorder, api=api, serialize=cfg.serialize_image_pulls,
                                    max_parallel=cfg.max_parallel_image_pulls)
-        self.cgroups = PodCgroupManager(cfg.cgroup_root, enabled=cfg.cgroups_per_qos, mount=cgroup_mount)
+        self.cgroups = PodCgroupManager(
+            cfg.cgroup_root, enabled=cfg.cgroups_per_qos, mount=cgroup_mount, driver=cfg.cgroup_driver,
+            systemd=SystemdDbusUnits() if cfg.cgroup_driver == "systemd" else None, cfs_quota=cfg.cpu_cfs_quota,
+            cfs_period_us=int(cfg.cpu_cfs_quota_period * 1_000_000), pod_pids_limit=cfg.pod_pids_limit,
+            swap_behavior=str(cfg.memory_swap.get("swapBehavior") or ""), qos_reserved=cfg.qos_reserved)
         # volume content follows its source each syncFrequency, as upstream's remount in every pod sync
         self.volume_manager = VolumeManager(
             root_dir=self.root_dir, api=api, recorder=recorder, mounter=volume_mounter,
@@ -159,7 +166,8 @@ class Kubelet:
                                          runtime=self.runtime_manager, cache=self.cache,
                                          on_pod_forgotten=[self.status_manager.forget, self.syncer.forget])
         self.housekeeping.add_step("probe workers", self._cleanup_probes)
-        self.housekeeping.add_step("pod cgroups", self.cgroups.cleanup)
+        self.housekeeping.add_step("pod cgroups",  # orphans go; the QoS tiers follow the admitted pods
+                                   self.cgroups.cleanup_step(lambda: [p for _, p in self.pod_manager.active()]))
         self.housekeeping.add_step("pod volumes", self.volume_manager.cleanup)  # before the pod directories
         self.housekeeping.add_step("pod directories", directory_step(remove_pod_dirs, self.root_dir / "pods"))
         self.housekeeping.add_step("pod log directories",
@@ -183,6 +191,7 @@ class Kubelet:
         self.node_source: Callable[[], JSONObj | None] | None = None  # the API's Node (main wires it)
         self.local_node: JSONObj | None = None  # the node as this agent would register it (set in start)
         self._node_labels, self._register_taints = options.node_labels, options.register_with_taints
+        self.startup_checks = startup_checks
         self._machine: machine.MachineInfo | None = None
         self.admission.append(PredicateAdmitHandler(self.node_for_admission))
         self.eviction = EvictionManager(
@@ -230,6 +239,11 @@ class Kubelet:
     async def start(self) -> None:
         self._machine = await asyncio.to_thread(machine.read_machine_info)
         self.local_node = await asyncio.to_thread(self._build_local_node, self._machine)
+        if self.startup_checks:  # a ConfigError stops the agent with a message naming the setting
+            await run_startup_checks(self.config, self.runtime)
+        await enforce_node_allocatable(self.cgroups, self.config, cpu_millis=self._machine.cpu_millis,
+                                       memory_bytes=self._machine.memory_bytes)
+        await self.cgroups.update_qos([])
         await self.runtime_manager.start()
         await self.volume_manager.start()  # rebuilds the actual state of volumes before any pod syncs
         try:

@@ -140,7 +140,11 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
             kubelet.runtime_manager.service_env = lambda pod: service_env(pod, list(services.items.values()))
             with contextlib.suppress(TimeoutError):  # upstream waits for the service informer too
                 await asyncio.wait_for(services.synced.wait(), 5.0)
-        await kubelet.start()
+        try:
+            await kubelet.start()
+        except ConfigError as e:  # startup checks: swap, cgroup driver, reserved cgroups
+            log.error("cannot start: %s", e)
+            return 1
         stack.push_async_callback(_stopper("kubelet", kubelet.stop))
 
         podconfig = PodConfig(updates, on_source_ready=kubelet.mark_source_ready)

@@ -141,7 +141,7 @@ async def test_disk_pressure_reclaims_images_first_and_evicts_nobody_when_that_i
 
 async def test_disk_pressure_evicts_the_top_consumer_when_reclaiming_is_not_enough() -> None:
     small, big = pod("small"), pod("big")
-    m, ev, _, sig = manager([small, big], hard={"nodefs.available": "100Mi"}, reclaimers=[Reclaimer(0)])
+    m, ev, _, _ = manager([small, big], hard={"nodefs.available": "100Mi"}, reclaimers=[Reclaimer(0)])
     usage = {"uid-small": PodUsage(containers={"c": ContainerUsage(rootfs=1 * Mi)}),
              "uid-big": PodUsage(containers={"c": ContainerUsage(rootfs=50 * Mi)})}
     await m.decide_and_act({Signal.NODEFS_AVAILABLE: Observation(50 * Mi, 1000 * Mi)}, [small, big], usage)
@@ -196,8 +196,7 @@ async def test_under_disk_pressure_all_but_critical_pods_are_refused() -> None:
 
 
 async def test_synchronize_reads_the_signals_and_reports_no_condition_before_the_first_pass() -> None:
-    m, _, _, sig = manager([], hard={"memory.available": "100Mi"}, signals={"memory.available": 50 * Mi})
+    m, _, _, _ = manager([], hard={"memory.available": "100Mi"}, signals={"memory.available": 50 * Mi})
     assert m.pressure_conditions() is None
     await m.synchronize()
     assert (m.pressure_conditions() or {})["MemoryPressure"] is True
-    del sig
