@@ -58,7 +58,7 @@ async def ensure_revision(api: Api, revs: Informer, owner: Obj, kind: str, *,
                 r = bumped
             return r, (pc.meta(r).get("labels") or {}).get(REVISION_HASH, h)
     labels = {**((tmpl.get("metadata") or {}).get("labels") or {}), REVISION_HASH: h, **(extra_labels or {})}
-    body = {"apiVersion": "apps/v1", "kind": "ControllerRevision",
+    body: Obj = {"apiVersion": "apps/v1", "kind": "ControllerRevision",
             "metadata": {"name": f"{pc.meta(owner)['name']}-{h}", "namespace": ns, "labels": labels,
                          "ownerReferences": [pc.owner_ref(owner, "apps/v1", kind)]},
             "data": data, "revision": top + 1}
@@ -76,8 +76,8 @@ async def ensure_revision(api: Api, revs: Informer, owner: Obj, kind: str, *,
 
 async def truncate(api: Api, revs: Informer, owner: Obj, keep: set[str]) -> None:
     """Delete the oldest revisions beyond revisionHistoryLimit whose names are not in ``keep``."""
-    limit = int(pc.spec(owner).get("revisionHistoryLimit") if pc.spec(owner).get("revisionHistoryLimit")
-                is not None else 10)
+    raw = pc.spec(owner).get("revisionHistoryLimit")
+    limit = int(raw) if raw is not None else 10
     old = [r for r in owned_revisions(revs, owner) if pc.meta(r)["name"] not in keep]
     ns = pc.meta(owner).get("namespace", "")
     for r in old[:max(len(old) - limit, 0)]:

@@ -50,6 +50,12 @@ def status(o: Obj) -> Obj:
     return o.get("status") or {}
 
 
+def replicas(o: Obj) -> int:
+    """``spec.replicas`` with upstream's default of 1 when unset."""
+    r = spec(o).get("replicas")
+    return int(r) if r is not None else 1
+
+
 def parse_time(value: Any) -> datetime | None:
     if not value or not isinstance(value, str):
         return None

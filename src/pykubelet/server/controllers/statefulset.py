@@ -204,7 +204,7 @@ class StatefulSetController(Controller):
             if o is not None:
                 by_ord[o] = p
         start = int((pc.spec(sts).get("ordinals") or {}).get("start") or 0)
-        n = int(pc.spec(sts).get("replicas") if pc.spec(sts).get("replicas") is not None else 1)
+        n = pc.replicas(sts)
         wanted = range(start, start + n)
         monotonic = pc.spec(sts).get("podManagementPolicy", "OrderedReady") != "Parallel"
         strategy = pc.spec(sts).get("updateStrategy") or {}
@@ -271,7 +271,7 @@ class StatefulSetController(Controller):
 
         def rev(p: Obj) -> str:
             return str((pc.meta(p).get("labels") or {}).get(history.REVISION_HASH) or "")
-        n = int(pc.spec(sts).get("replicas") if pc.spec(sts).get("replicas") is not None else 1)
+        n = pc.replicas(sts)
         updated = sum(1 for p in active if rev(p) == update_name)
         current = sum(1 for p in active if rev(p) == current_name)
         if updated == n and len(active) == n:  # completeRollingUpdate
