@@ -115,7 +115,7 @@ async def test_memory_pressure_evicts_the_best_effort_pod_and_stops_its_containe
         cs = await harness.runtime.list_containers()
         return all(c.state != pb.CONTAINER_RUNNING for c in cs if c.labels.get("io.kubernetes.pod.name") == "be")
     async with asyncio.timeout(20):
-        while not await stopped():
+        while not await stopped():  # noqa: ASYNC110 - polling the runtime under test
             await asyncio.sleep(0.1)
     assert harness.status(guaranteed).get("phase") == "Running"
     # under MemoryPressure a new BestEffort pod is refused by eviction admission
