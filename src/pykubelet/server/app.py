@@ -49,7 +49,7 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from pykubelet.server import discovery, kubeletproxy, metricsapi, protobuf
+from pykubelet.server import discovery, kubeletproxy, metricsapi, openapiv2, protobuf
 from pykubelet.server.auth import PKI, Attributes, Authorizer, TokenAuth, UserInfo, user_from_peercert
 from pykubelet.server.errors import StatusError, bad_request, invalid_options, method_not_allowed
 from pykubelet.server.patch import PATCH_TYPES
@@ -624,6 +624,9 @@ class ApiHttp:
             doc = discovery.openapi_gv(m.group(1), m.group(2))
         if doc is not None:
             return json_response(doc)
+        if p in ("/openapi/v2", "/swagger-2.0.0.pb-v1"):  # kubectl <= 1.28 (server/openapiv2.py)
+            raw, ctype = openapiv2.render(accept, legacy_path=p != "/openapi/v2")
+            return web.Response(body=raw, headers={"Content-Type": ctype})
         raise StatusError(404, "NotFound", "the server could not find the requested resource")
 
     # -------------------------------------------------------------- resources

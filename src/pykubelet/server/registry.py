@@ -35,7 +35,9 @@ from pykubelet.common import podspec
 from pykubelet.common.aio import cancel_and_wait
 from pykubelet.server import (
     admission,
+    admissionplugins,
     apps,
+    crd,
     apps,
     batchvalidation,
     events_conv,
@@ -131,6 +133,7 @@ class Registry:
         # DefaultTolerationSeconds admission (kube-apiserver --default-*-toleration-seconds).
         self.default_not_ready_toleration_seconds = 300
         self.default_unreachable_toleration_seconds = 300
+        self.crds = crd.CustomResources()  # the CRDs this server serves (server/crd.py)
         # Garbage-collector finalizers (orphan, foregroundDeletion) on delete: only when the
         # garbage collector that removes them again runs.
         self.garbage_collection = False
@@ -150,6 +153,8 @@ class Registry:
         sc_ri = BY_GVR[("storage.k8s.io", "v1", "storageclasses")]
         if self.store.peek(sc_ri.key, "", DEFAULT_STORAGE_CLASS["metadata"]["name"]) is None:
             self._create_obj(sc_ri, "", copy.deepcopy(DEFAULT_STORAGE_CLASS), sys_ctx)
+        self.crds.load([o for _, o in self.store.iter_raw(crd.CRD_KEY)])
+        admissionplugins.bootstrap(self.store, lambda r, o: self._create_obj(r, "", o, sys_ctx))
         for (_, name), obj in list(self.store.iter_raw("namespaces")):
             if not obj["metadata"].get("deletionTimestamp"):
                 self._namespace_children(name)
@@ -186,6 +191,7 @@ class Registry:
         t.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
+        self.crds.close()
         await cancel_and_wait(*self._tasks)
 
     def _namespace_children(self, ns: str) -> None:
@@ -214,13 +220,17 @@ class Registry:
     def present(self, ri: ResourceInfo, obj: Obj) -> Obj:
         if ri.group == "events.k8s.io":
             return events_conv.from_core(obj)
+        if (sv := self.crds.served(ri)) is not None:
+            return self.crds.present(sv, obj)
         if "kind" not in obj or "apiVersion" not in obj:
             obj = {"kind": ri.kind, "apiVersion": ri.api_version, **obj}
         return obj
 
     def table(self, ri: ResourceInfo, objs: list[Obj], rev: int, cont: str | None,
               remaining: int | None) -> dict[str, Any]:
-        t = tables.to_table(ri.resource, objs, now=dt.datetime.now(dt.UTC))
+        sv = self.crds.served(ri)
+        t = self.crds.table(sv, objs, dt.datetime.now(dt.UTC)) if sv is not None else \
+            tables.to_table(ri.resource, objs, now=dt.datetime.now(dt.UTC))
         meta = t.setdefault("metadata", {})
         meta["resourceVersion"] = str(rev)
         if cont:
@@ -240,8 +250,12 @@ class Registry:
         if ri.virtual:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         if sub == "scale":
+            if (sv := self.crds.served(ri)) is not None:
+                return self.crds.to_scale(sv, self._raw_get(ri, ns, name))
             return apps.to_scale(self.present(ri, self._raw_get(ri, ns, name)))
         if sub == "scale":
+            if (sv := self.crds.served(ri)) is not None:
+                return self.crds.to_scale(sv, self._raw_get(ri, ns, name))
             return apps.to_scale(self.present(ri, self._raw_get(ri, ns, name)))
         return self.present(ri, self._raw_get(ri, ns, name))
 
@@ -294,10 +308,11 @@ class Registry:
         handlers do: wrong types are 400 (422 for a patch whose result does not decode, as
         upstream's patcher reports it), unknown and duplicate fields per ``fieldValidation``."""
         model = schema.root_model(group, kind)
-        if model is None:
+        sv = self.crds.served_kind(group, version, kind) if model is None else None
+        if model is None and sv is None:
             return obj
         try:
-            decoded = schema.decode(obj, model)
+            decoded = schema.decode(obj, model) if model is not None else self.crds.decode(sv, obj)  # type: ignore[arg-type]
         except schema.DecodeError as e:
             if patch is not None and not apply:
                 shown = json.dumps(patch, separators=(",", ":"))
@@ -371,6 +386,9 @@ class Registry:
             errs += batchvalidation.validate_job(obj, old)
         elif not errs and ri.group == "batch" and ri.resource == "cronjobs" and sub == "":
             errs += batchvalidation.validate_cronjob(obj, old)
+        if not errs:
+            errs += self.crds.admit_write(ri, obj, old)
+            errs += admissionplugins.validate(self.store, ri, obj, old)
         if ri.resource == "leases" and not errs:
             spec = obj.get("spec") or {}
             lds = spec.get("leaseDurationSeconds")
@@ -498,11 +516,14 @@ class Registry:
                 spec["extra"] = ctx.user.extra
             obj["status"] = {}
         self._validate(ri, obj, None)
+        admissionplugins.admit_create(self.store, ri, ns, obj)  # ResourceQuota
         self._managed(obj, ri, ctx, operation, written=written)
         if ctx.dry_run:
             return self.present(ri, obj)
         stored = self.store.create(ri.key, ns if ri.namespaced else "", meta["name"], obj,
                                    kind_name=ri.resource, group=ri.group)
+        self.crds.after_write(ri, stored)
+        admissionplugins.after_write(self.store, ri, ns)
         if ri.resource == "namespaces":
             self._namespace_children(meta["name"])
         return self.present(ri, stored)
@@ -516,6 +537,7 @@ class Registry:
             admission.admit_service_account(pod, sa)
         except admission.AdmissionError as e:
             raise StatusError(403, "Forbidden", f'pods "{name}" is forbidden: {e}', name=name, kind="pods") from e
+        admissionplugins.admit_pod(self.store, pod, ns, name)  # LimitRanger, Priority
 
     # ---------------------------------------------------------------- update
     async def update(self, ri: ResourceInfo, ns: str, name: str, sub: str, body: Obj,
@@ -555,7 +577,11 @@ class Registry:
         if rv and rv != old["metadata"].get("resourceVersion"):
             raise conflict(ri.resource, name, ri.group)
         new = copy.deepcopy(old)
-        new.setdefault("spec", {})["replicas"] = int((scale.get("spec") or {}).get("replicas") or 0)
+        replicas = int((scale.get("spec") or {}).get("replicas") or 0)
+        if (sv := self.crds.served(ri)) is not None:
+            self.crds.set_replicas(sv, new, replicas)
+            return self.crds.to_scale(sv, self._update_obj(ri, ns, name, "", old, new, ctx, "Update"))
+        new.setdefault("spec", {})["replicas"] = replicas
         return apps.to_scale(self._update_obj(ri, ns, name, "", old, new, ctx, "Update"))
 
     def _write_scale(self, ri: ResourceInfo, ns: str, name: str, scale: Obj, ctx: RequestContext,
@@ -572,7 +598,11 @@ class Registry:
         if rv and rv != old["metadata"].get("resourceVersion"):
             raise conflict(ri.resource, name, ri.group)
         new = copy.deepcopy(old)
-        new.setdefault("spec", {})["replicas"] = int((scale.get("spec") or {}).get("replicas") or 0)
+        replicas = int((scale.get("spec") or {}).get("replicas") or 0)
+        if (sv := self.crds.served(ri)) is not None:
+            self.crds.set_replicas(sv, new, replicas)
+            return self.crds.to_scale(sv, self._update_obj(ri, ns, name, "", old, new, ctx, "Update"))
+        new.setdefault("spec", {})["replicas"] = replicas
         return apps.to_scale(self._update_obj(ri, ns, name, "", old, new, ctx, "Update"))
 
     def _update_obj(self, ri: ResourceInfo, ns: str, name: str, sub: str, old: Obj, body: Obj,
@@ -625,6 +655,8 @@ class Registry:
             return self.present(ri, new)
         stored = self.store.update(ri.key, ns if ri.namespaced else "", name, new,
                                    expected_rv=expected or None, kind_name=ri.resource, group=ri.group)
+        self.crds.after_write(ri, stored)
+        admissionplugins.after_write(self.store, ri, ns)
         if sub == "approval":
             stored = self._maybe_sign_csr(ri, stored)
         meta = stored["metadata"]
@@ -761,7 +793,11 @@ class Registry:
             return self.present(ri, obj), 200
         if ri.resource == "namespaces":
             return self._delete_namespace(obj), 200
-        return self._delete_obj(ri, ns, name, obj, opts)
+        if ri.key == crd.CRD_KEY:
+            crd.cleanup(self.store, self.crds, obj)
+        deleted = self._delete_obj(ri, ns, name, obj, opts)
+        admissionplugins.after_write(self.store, ri, ns)
+        return deleted
 
     def _delete_obj(self, ri: ResourceInfo, ns: str, name: str, obj: Obj, opts: Obj) -> tuple[Obj, int]:
         key_ns = ns if ri.namespaced else ""

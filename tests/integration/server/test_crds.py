@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -284,3 +286,61 @@ async def test_watch_true_capitalised_streams_events_with_official_client(api: H
         assert st == 200 and isinstance(body, str) and '"type":"ADDED"' in body, spelling
     st, body = await api.req("GET", "/api/v1/namespaces/default/configmaps", params={"watch": "yes"})
     assert st == 400 and 'strconv.ParseBool: parsing "yes": invalid syntax' in body["message"]
+
+
+OPERATOR = '''
+import kopf
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_):
+    settings.posting.enabled = False
+    settings.watching.server_timeout = 10
+
+
+@kopf.on.create("stable.example.com", "v1", "crontabs")
+@kopf.on.update("stable.example.com", "v1", "crontabs")
+def reconcile(spec, patch, **_):
+    patch.status["message"] = "reconciled " + str(spec.get("cronSpec"))
+    patch.status["replicas"] = spec.get("replicas", 0)
+'''
+
+
+async def test_kopf_operator_reconciles_a_custom_resource(tmp_path: Path) -> None:
+    """A real Python operator (kopf, in its own process) list-watches the CRD and patches status."""
+    pytest.importorskip("kopf")
+    async with run_server(tmp_path / "data", port=0, version_minor="33", controllers=False) as srv:
+        http = Http(srv)
+        await install_crd(Kubectl(srv, tmp_path), tmp_path)
+        (tmp_path / "operator.py").write_text(OPERATOR)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kopf", "run", "--standalone", "--namespace=default", str(tmp_path / "operator.py"),
+            env={**os.environ, "KUBECONFIG": str(srv.kubeconfig)},
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        try:
+            st, _ = await http.req("POST", CT_PATH, crontab("op", cronSpec="*/1 * * * *", replicas=2))
+            assert st == 201
+            status: dict[str, Any] = {}
+            for _ in range(150):
+                _st, obj = await http.req("GET", f"{CT_PATH}/op")
+                status = obj.get("status") or {}
+                if status.get("message"):
+                    break
+                await asyncio.sleep(0.2)
+            assert status == {"message": "reconciled */1 * * * *", "replicas": 2}
+            st, _ = await http.req("PATCH", f"{CT_PATH}/op", {"spec": {"cronSpec": "0 * * * *"}},
+                                   content_type="application/merge-patch+json")
+            for _ in range(150):
+                _st, obj = await http.req("GET", f"{CT_PATH}/op")
+                if (obj.get("status") or {}).get("message") == "reconciled 0 * * * *":
+                    break
+                await asyncio.sleep(0.2)
+            assert obj["status"]["message"] == "reconciled 0 * * * *"
+        finally:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 15)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+            await http.close()

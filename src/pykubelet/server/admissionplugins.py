@@ -1,0 +1,82 @@
+"""Glue between the registry and the Priority, LimitRanger and ResourceQuota admission plugins
+(:mod:`priority`, :mod:`limitrange`, :mod:`quota`): each hook reads the objects a plugin needs
+from the store and turns a plugin's refusal into upstream's 403 Forbidden
+(``<resource>[.<group>] "<name>" is forbidden: <reason>``).  Upstream's chain order is kept:
+LimitRanger, then Priority on the pod, ResourceQuota last on every create.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from pykubelet.server import limitrange, priority, quota
+from pykubelet.server.admission import AdmissionError
+from pykubelet.server.errors import StatusError
+from pykubelet.server.resources import BY_GVR, ResourceInfo
+
+Obj = dict[str, Any]
+FieldErrors = list[tuple[str, str]]
+PC_KEY = "priorityclasses.scheduling.k8s.io"
+
+
+class _Store(Protocol):
+    def iter_raw(self, resource: str, namespace: str | None = None) -> Iterator[tuple[tuple[str, str], Obj]]: ...
+
+    def peek(self, resource: str, namespace: str, name: str) -> Obj | None: ...
+
+    def update(self, resource: str, namespace: str, name: str, obj: Obj) -> Obj: ...
+
+
+def _forbidden(ri: ResourceInfo, name: str, why: str) -> StatusError:
+    qual = f"{ri.resource}.{ri.group}" if ri.group else ri.resource
+    return StatusError(403, "Forbidden", f'{qual} "{name}" is forbidden: {why}', name=name, kind=ri.resource,
+                       group=ri.group)
+
+
+def bootstrap(store: _Store, create: Callable[[ResourceInfo, Obj], Any]) -> None:
+    """The system PriorityClasses every cluster has."""
+    ri = BY_GVR[("scheduling.k8s.io", "v1", "priorityclasses")]
+    for pc in priority.SYSTEM_CLASSES:
+        if store.peek(ri.key, "", pc["metadata"]["name"]) is None:
+            create(ri, copy.deepcopy(pc))
+
+
+def validate(store: _Store, ri: ResourceInfo, obj: Obj, old: Obj | None) -> FieldErrors:
+    """Defaults + validation (+ admission) of PriorityClasses and LimitRanges."""
+    if ri.key == PC_KEY:
+        priority.default_class(obj)
+        errs = priority.validate_class(obj, old)
+        if not errs:
+            try:
+                priority.admit_class(obj, (o for _, o in store.iter_raw(PC_KEY)))
+            except AdmissionError as e:
+                raise _forbidden(ri, (obj.get("metadata") or {}).get("name", ""), str(e)) from e
+        return errs
+    if ri.key == "limitranges":
+        limitrange.default_limit_range(obj)
+        return limitrange.validate_limit_range(obj)
+    return []
+
+
+def admit_pod(store: _Store, pod: Obj, ns: str, name: str) -> None:
+    try:
+        limitrange.admit_pod(pod, [o for _, o in store.iter_raw("limitranges", ns)])
+        priority.admit_pod(pod, [o for _, o in store.iter_raw(PC_KEY)])
+    except AdmissionError as e:
+        raise StatusError(403, "Forbidden", f'pods "{name}" is forbidden: {e}', name=name, kind="pods") from e
+
+
+def admit_create(store: _Store, ri: ResourceInfo, ns: str, obj: Obj) -> None:
+    if not ri.namespaced or not ns:
+        return
+    try:
+        quota.admit(store, ri.key, ns, obj)
+    except quota.QuotaExceeded as e:
+        raise _forbidden(ri, (obj.get("metadata") or {}).get("name", ""), str(e)) from e
+
+
+def after_write(store: _Store, ri: ResourceInfo, ns: str) -> None:
+    if ri.namespaced and ns:
+        quota.sync(store, ns)
