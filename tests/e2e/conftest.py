@@ -36,7 +36,7 @@ from pykubelet.up.containerd import PrivateContainerd, preflight
 from pykubelet.up.images import bootstrap_images
 
 SLOT_DIR = Path("/run/pykubelet-e2e")
-MAX_SLOTS = 50  # slot N owns 198.19.N.0/24, 198.19.(100+N).0/24 and 198.19.(150+N).0/24
+MAX_SLOTS = 50  # slot N owns 198.19.N.0/24, 198.19.(100+N).0/24, 198.19.(150+N).0/24 and (services) 198.19.(200+N).0/24
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -106,12 +106,13 @@ def containerd(
 
 
 def start_containerd(data_dir: Path, slot: int, bridge_prefix: str, cidr: str, cgroup_parent: str,
-                     image_cache_dir: Path) -> PrivateContainerd:
+                     image_cache_dir: Path, also_unmount: list[Path] | None = None) -> PrivateContainerd:
     cd = PrivateContainerd(
         data_dir,
         pod_cidr=cidr,
         bridge=f"{bridge_prefix}{slot}",
         cgroup_parent=cgroup_parent,
+        also_unmount=also_unmount or (),
         log=lambda m: print(f"[containerd {bridge_prefix}{slot}] {m}", file=sys.stderr),
     )
     cd.cleanup()  # leftovers of a crashed session in the same slot
@@ -243,9 +244,12 @@ def cluster(
     image_cache_dir: Path,
 ) -> Iterator[Cluster]:
     """`pykubelet up` on a containerd of its own: API server + scheduler + agent, node Ready."""
-    containerd = start_containerd(tmp_path_factory.mktemp("cluster-containerd"), e2e_slot, "pkc",
-                                  f"198.19.{100 + e2e_slot}.0/24", f"/pykubelet-cluster{e2e_slot}", image_cache_dir)
     data_dir = tmp_path_factory.mktemp("cluster")
+    # pods still on the node at the end keep their volume mounts (the agent stops, its pods do not, as
+    # upstream): the runtime's cleanup takes them down with the sandboxes
+    containerd = start_containerd(tmp_path_factory.mktemp("cluster-containerd"), e2e_slot, "pkc",
+                                  f"198.19.{100 + e2e_slot}.0/24", f"/pykubelet-cluster{e2e_slot}", image_cache_dir,
+                                  also_unmount=[data_dir / "agent" / "pods"])
     node = f"pk-e2e-{e2e_slot}"
     kubelet_port = free_port()
     extra = [
@@ -255,6 +259,9 @@ def cluster(
         "--pod-cidr", containerd.pod_cidr,
         "--cgroup-root", containerd.cgroup_parent,
         f"--agent-arg=--healthz-port={free_port()}",
+        # Services of this slot's cluster (disjoint from every slot's pod CIDRs), no DNS forwarding
+        f"--server-arg=--service-cluster-ip-range=198.19.{200 + e2e_slot}.0/24",
+        "--server-arg=--cluster-dns-upstream=none",
     ]
     try:
         proc = start_up(data_dir, node, extra, data_dir / "up.log")
