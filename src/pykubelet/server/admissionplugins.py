@@ -11,7 +11,7 @@ import copy
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from pykubelet.server import limitrange, priority, quota
+from pykubelet.server import limitrange, priority, quota, runtimeclass
 from pykubelet.server.admission import AdmissionError
 from pykubelet.server.errors import StatusError
 from pykubelet.server.resources import BY_GVR, ResourceInfo
@@ -64,6 +64,7 @@ def admit_pod(store: _Store, pod: Obj, ns: str, name: str) -> None:
     try:
         limitrange.admit_pod(pod, [o for _, o in store.iter_raw("limitranges", ns)])
         priority.admit_pod(pod, [o for _, o in store.iter_raw(PC_KEY)])
+        runtimeclass.admit_pod(pod, [o for _, o in store.iter_raw("runtimeclasses.node.k8s.io")])
     except AdmissionError as e:
         raise StatusError(403, "Forbidden", f'pods "{name}" is forbidden: {e}', name=name, kind="pods") from e
 
