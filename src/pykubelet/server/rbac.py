@@ -556,6 +556,8 @@ def default_cluster_role_bindings() -> list[Obj]:
         _binding("system:public-info-viewer", "system:public-info-viewer",
                  [("Group", "system:authenticated"), ("Group", "system:unauthenticated")]),
         _binding("system:node-proxier", "system:node-proxier", [("User", "system:kube-proxy")]),
+        # pykubelet's agent is its node's kube-proxy too (agent/proxy), with the node's credentials
+        _binding("pykubelet:node-proxier", "system:node-proxier", [("Group", "system:nodes")]),
         _binding("system:kube-controller-manager", "system:kube-controller-manager",
                  [("User", "system:kube-controller-manager")]),
         _binding("system:kube-scheduler", "system:kube-scheduler", [("User", "system:kube-scheduler")]),

@@ -129,6 +129,17 @@ def pod_gateway(args: argparse.Namespace) -> str:
     return str(ipaddress.ip_network(args.pod_cidr, strict=False).network_address + 1)
 
 
+def proxy_chain_prefix(args: argparse.Namespace) -> str:
+    """``PYK`` for the default pod CIDR, else ``PYK`` + 4 characters of its hash: clusters on
+    different pod networks of one host (tests) never share iptables chains."""
+    if args.pod_cidr == "198.18.0.0/24":
+        return "PYK"
+    import base64
+    import hashlib
+
+    return "PYK" + base64.b32encode(hashlib.sha256(args.pod_cidr.encode()).digest())[:4].decode()
+
+
 def server_argv(args: argparse.Namespace, data_dir: Path) -> list[str]:
     if args.server_command:
         return shlex.split(args.server_command)
@@ -191,6 +202,7 @@ def agent_argv(args: argparse.Namespace, data_dir: Path, node_name: str, endpoin
         "--cluster-dns", pod_gateway(args),
         "--cluster-domain", "cluster.local",
         "--service-proxy=true",
+        f"--service-proxy-chain-prefix={proxy_chain_prefix(args)}",
         *args.agent_arg,
     ]
 
