@@ -143,6 +143,7 @@ class ServiceProxy:
         self.min_sync_period = min_sync_period
         self.sync_period = sync_period
         self.ipt = iptables or Iptables()
+        self._own_services = services is None  # a shared cache is stopped by its owner
         self.services = services or ListWatchCache(api, "/api/v1/services")
         self.slices = ListWatchCache(api, "/apis/discovery.k8s.io/v1/endpointslices")
         self.services.listeners.append(self._changed)
@@ -166,6 +167,8 @@ class ServiceProxy:
     async def stop(self) -> None:
         await cancel_and_wait(*self._tasks)
         await self.slices.stop()
+        if self._own_services:
+            await self.services.stop()
         await asyncio.to_thread(self._remove_all)
         log.info("service proxy stopped; its iptables rules are removed")
 
