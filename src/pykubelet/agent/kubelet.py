@@ -40,7 +40,9 @@ from pykubelet.agent import metrics
 from pykubelet.agent.admission import AdmissionChain, MaxPodsAdmitHandler, ValidPodAdmitHandler
 from pykubelet.agent.admission_security import AppArmorAdmitHandler, SysctlAdmitHandler
 from pykubelet.agent.cm.admission import PredicateAdmitHandler
+from pykubelet.agent.cm.cgroups import milli_cpu_to_quota
 from pykubelet.agent.cm.checks import enforce_node_allocatable, run_startup_checks
+from pykubelet.agent.cm.cpumanager import CPUManager
 from pykubelet.agent.cm.podcgroups import PodCgroupManager
 from pykubelet.agent.cm.systemd import SystemdDbusUnits
 from pykubelet.agent.config import AgentOptions
@@ -83,7 +85,7 @@ from pykubelet.common import podutil
 from pykubelet.common.aio import cancel_and_wait, run_every
 from pykubelet.common.apiclient import ApiClient, ApiError
 from pykubelet.common.quantity import memory_bytes
-from pykubelet.cri import CRIError
+from pykubelet.cri import CRIError, pb
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +194,7 @@ class Kubelet:
         self.local_node: JSONObj | None = None  # the node as this agent would register it (set in start)
         self._node_labels, self._register_taints = options.node_labels, options.register_with_taints
         self.startup_checks = startup_checks
+        self._background_loops: list[asyncio.Task[None]] = []
         self._machine: machine.MachineInfo | None = None
         self.admission.append(PredicateAdmitHandler(self.node_for_admission))
         self.eviction = EvictionManager(
@@ -200,6 +203,9 @@ class Kubelet:
             active_pods=self._pods_for_eviction, evictor=self, recorder=recorder,
             reclaimers=[self.container_gc, self.image_gc], allocatable_memory=self._allocatable_memory)
         self.admission.append(self.eviction)
+        self.cpu_manager = CPUManager(cfg, self.root_dir)  # last: it allocates CPUs to what is admitted
+        self.admission.append(self.cpu_manager)
+        self.runtime_manager.container_resources = self._container_resources
         self.housekeeping_period = housekeeping_period
         self._sources_ready: set[str] = set()
         self._required_sources = {s for s, on in (("api", api is not None), ("file", bool(cfg.static_pod_path))) if on}
@@ -255,6 +261,10 @@ class Kubelet:
         self.log_manager.start()
         await self._update_runtime_state()
         self.eviction.start()
+        if self.cpu_manager.enabled:
+            self._background_loops.append(run_every(
+                self._reconcile_cpusets, max(1.0, self.config.cpu_manager_reconcile_period),
+                name="cpu-manager-reconcile", log=log))
         self._tasks = [
             run_every(self._update_runtime_state, RUNTIME_CHECK_PERIOD, name="kubelet-runtime-state", log=log),
             asyncio.get_running_loop().create_task(self._sync_loop(), name="kubelet-sync-loop"),
@@ -268,6 +278,8 @@ class Kubelet:
         await cancel_and_wait(*self._tasks, *self._background)
         self._tasks = []
         await self.eviction.stop()
+        await cancel_and_wait(*self._background_loops)
+        self._background_loops = []
         await self.housekeeping.stop()
         await self.log_manager.stop()
         await self.pod_workers.stop()
@@ -305,6 +317,23 @@ class Kubelet:
         if not (api_node.get("status") or {}).get("allocatable") and self.local_node is not None:
             return {**api_node, "status": {**(api_node.get("status") or {}), **self.local_node["status"]}}
         return api_node
+
+    def _container_resources(self, pod: Pod, container: JSONObj, r: pb.LinuxContainerResources) -> None:
+        """Container-config hook: cpuCFSQuota / cpuCFSQuotaPeriod at container level, the CPU manager's cpuset."""
+        cfg = self.config
+        if r.cpu_quota:
+            if not cfg.cpu_cfs_quota:
+                r.cpu_quota, r.cpu_period = 0, 0
+            else:
+                lim = podutil.container_limits(container).get("cpu")
+                period = int(cfg.cpu_cfs_quota_period * 1_000_000)
+                if lim:
+                    r.cpu_period = period
+                    r.cpu_quota = milli_cpu_to_quota(podutil.to_millis(lim), period)
+        self.cpu_manager.apply(pod, container, r)
+
+    async def _reconcile_cpusets(self) -> None:
+        await self.cpu_manager.reconcile(self.runtime, dict(self.pod_manager.active()))
 
     def pressure_conditions(self) -> dict[str, bool] | None:
         """NodePressureProvider for the node status: the eviction manager's conditions."""

@@ -20,10 +20,10 @@ def test_defaults_warn_about_nothing() -> None:
 
 def test_an_unsupported_field_set_to_a_non_default_value_warns_naming_it() -> None:
     cfg = parse_kubelet_config({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-                                "cpuManagerPolicy": "static", "registryPullQPS": 1, "maxPods": 20,
+                                "memoryManagerPolicy": "Static", "registryPullQPS": 1, "maxPods": 20,
                                 "configMapAndSecretChangeDetectionStrategy": "Get"})
     warnings = configsupport.warnings(cfg)
-    assert "cpuManagerPolicy is set but not supported; ignored (no CPU manager: only none)" in warnings
+    assert "memoryManagerPolicy is set but not supported; ignored (no memory manager: only None)" in warnings
     assert any(w.startswith("registryPullQPS is set but not supported; ignored") for w in warnings)
     assert any(w.startswith("configMapAndSecretChangeDetectionStrategy is set but only partly supported")
                for w in warnings)

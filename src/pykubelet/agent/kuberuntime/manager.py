@@ -220,6 +220,8 @@ class RuntimeManager:
         self.pods_dir = pods_dir  # <root_dir>/pods: termination-message files live below it
         self.hooks = hooks  # lifecycle.HandlerRunner (postStart / preStop), None = no hooks
         self.mounts = mounts  # volume mounts of a container, None = no volumes
+        # the container manager's say on a container's Linux resources (cpuset, CFS period/quota)
+        self.container_resources: Callable[[Pod, JSONObj, pb.LinuxContainerResources], None] | None = None
         self.security_options = security_options or security.SecurityOptions()
         self.runtime_class = runtime_class  # RuntimeClass objects by name (None: runtimeClassName unsupported)
         # legacy /var/log/containers symlinks live next to the pod logs dir
@@ -462,6 +464,8 @@ class RuntimeManager:
                 security_options=self.security_options, image_user=await self._image_user(img.image_ref),
                 service_env=self.service_env(pod) if self.service_env is not None else None,
             )
+            if self.container_resources is not None:
+                self.container_resources(pod, container, config.linux.resources)
             if self.mounts is not None:
                 config.mounts.extend(await self.mounts(pod, container, {kv.key: kv.value for kv in config.envs}))
             hosts = await self._etc_hosts_mount(pod, container, pod_ips)
