@@ -6,10 +6,10 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 # containerd + runc + CNI plugins run the pods; busybox-static and gcc build the offline images;
-# iptables/iproute2 for CNI and cleanup; docker-registry, skopeo and apache2-utils (htpasswd) serve the
-# local registry that the image-pull tests use.
-APT_RUNTIME := containerd runc containernetworking-plugins busybox-static gcc libc6-dev iptables iproute2 ca-certificates
-APT_TEST    := docker-registry skopeo apache2-utils
+# iptables/iproute2 for CNI and cleanup; docker-registry and skopeo run `up`'s local registry mirror;
+# apache2-utils (htpasswd) gives the pull-secret tests a registry with basic auth.
+APT_RUNTIME := containerd runc containernetworking-plugins busybox-static gcc libc6-dev iptables iproute2 ca-certificates docker-registry skopeo
+APT_TEST    := apache2-utils
 APT_BENCH   := podman
 ARGS ?=
 
