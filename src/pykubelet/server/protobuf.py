@@ -96,8 +96,27 @@ SCHEMA: dict[str, str] = {
                                  "status=3:CertificateSigningRequestStatus",
     # k8s.io/api/policy/v1
     "Eviction": "metadata=1:ObjectMeta deleteOptions=2:DeleteOptions",
+    # k8s.io/api/rbac/v1 (kubectl create role|clusterrole|rolebinding|clusterrolebinding)
     "LabelSelectorRequirement": "key=1:string operator=2:string values=3:[]string",
     "LabelSelector": "matchLabels=1:map<string,string> matchExpressions=2:[]LabelSelectorRequirement",
+    "PolicyRule": "verbs=1:[]string apiGroups=2:[]string resources=3:[]string resourceNames=4:[]string "
+                  "nonResourceURLs=5:[]string",
+    "AggregationRule": "clusterRoleSelectors=1:[]LabelSelector",
+    "Role": "metadata=1:ObjectMeta rules=2:[]PolicyRule",
+    "ClusterRole": "metadata=1:ObjectMeta rules=2:[]PolicyRule aggregationRule=3:AggregationRule",
+    "Subject": "kind=1:string apiGroup=2:string name=3:string namespace=4:string",
+    "RoleRef": "apiGroup=1:string kind=2:string name=3:string",
+    "RoleBinding": "metadata=1:ObjectMeta subjects=2:[]Subject roleRef=3:RoleRef",
+    "ClusterRoleBinding": "metadata=1:ObjectMeta subjects=2:[]Subject roleRef=3:RoleRef",
+    # k8s.io/api/authorization/v1 (kubectl auth can-i)
+    "ResourceAttributes": "namespace=1:string verb=2:string group=3:string version=4:string resource=5:string "
+                          "subresource=6:string name=7:string",
+    "NonResourceAttributes": "path=1:string verb=2:string",
+    "SelfSubjectAccessReviewSpec": "resourceAttributes=1:ResourceAttributes nonResourceAttributes=2:NonResourceAttributes",
+    "SelfSubjectAccessReview": "metadata=1:ObjectMeta spec=2:SelfSubjectAccessReviewSpec",
+    "SubjectAccessReviewSpec": "resourceAttributes=1:ResourceAttributes nonResourceAttributes=2:NonResourceAttributes "
+                               "user=3:string groups=4:[]string extra=5:map<string,ExtraValue> uid=6:string",
+    "SubjectAccessReview": "metadata=1:ObjectMeta spec=2:SubjectAccessReviewSpec",
     # k8s.io/api/core/v1 pod templates and k8s.io/api/apps/v1 (kubectl create deployment); only the
     # fields kubectl's generators set, plus the common ones
     "ContainerPort": "name=1:string hostPort=2:int32 containerPort=3:int32 protocol=4:string hostIP=5:string",
@@ -116,6 +135,18 @@ SCHEMA: dict[str, str] = {
                       "strategy=4:DeploymentStrategy minReadySeconds=5:int32 revisionHistoryLimit=6:int32? "
                       "paused=7:bool progressDeadlineSeconds=9:int32?",
     "Deployment": "metadata=1:ObjectMeta spec=2:DeploymentSpec",
+    # k8s.io/api/batch/v1 (kubectl create job|cronjob, create job --from=cronjob/x)
+    "JobSpec": "parallelism=1:int32? completions=2:int32? activeDeadlineSeconds=3:int64? selector=4:LabelSelector "
+               "manualSelector=5:bool? template=6:PodTemplateSpec backoffLimit=7:int32? "
+               "ttlSecondsAfterFinished=8:int32? completionMode=9:string? suspend=10:bool? "
+               "backoffLimitPerIndex=12:int32? maxFailedIndexes=13:int32? podReplacementPolicy=14:string? "
+               "managedBy=15:string?",
+    "Job": "metadata=1:ObjectMeta spec=2:JobSpec",
+    "JobTemplateSpec": "metadata=1:ObjectMeta spec=2:JobSpec",
+    "CronJobSpec": "schedule=1:string startingDeadlineSeconds=2:int64? concurrencyPolicy=3:string suspend=4:bool? "
+                   "jobTemplate=5:JobTemplateSpec successfulJobsHistoryLimit=6:int32? "
+                   "failedJobsHistoryLimit=7:int32? timeZone=8:string?",
+    "CronJob": "metadata=1:ObjectMeta spec=2:CronJobSpec",
 }
 
 # kind -> (message, apiVersion used when the envelope leaves it empty)
@@ -128,7 +159,15 @@ KINDS: dict[str, tuple[str, str]] = {
     "TokenReview": ("TokenReview", "authentication.k8s.io/v1"),
     "CertificateSigningRequest": ("CertificateSigningRequest", "certificates.k8s.io/v1"),
     "Eviction": ("Eviction", "policy/v1"),
+    "Role": ("Role", "rbac.authorization.k8s.io/v1"),
+    "ClusterRole": ("ClusterRole", "rbac.authorization.k8s.io/v1"),
+    "RoleBinding": ("RoleBinding", "rbac.authorization.k8s.io/v1"),
+    "ClusterRoleBinding": ("ClusterRoleBinding", "rbac.authorization.k8s.io/v1"),
+    "SelfSubjectAccessReview": ("SelfSubjectAccessReview", "authorization.k8s.io/v1"),
+    "SubjectAccessReview": ("SubjectAccessReview", "authorization.k8s.io/v1"),
     "Deployment": ("Deployment", "apps/v1"),
+    "Job": ("Job", "batch/v1"),
+    "CronJob": ("CronJob", "batch/v1"),
     "DeleteOptions": ("DeleteOptions", "v1"),
 }
 

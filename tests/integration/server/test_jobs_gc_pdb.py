@@ -143,3 +143,223 @@ async def test_a_dependent_with_a_remaining_owner_only_loses_the_deleted_owner(g
         return [r["name"] for r in o["metadata"].get("ownerReferences") or []] == ["b"]
 
     await eventually(one_owner, "the dangling reference to be removed")
+
+
+# ------------------------------------------------------------------ Jobs (pods finished by the test)
+def _job(name: str, *, completions: int | None = 3, parallelism: int = 2, backoff: int = 6,
+         **spec: Any) -> dict[str, Any]:
+    s: dict[str, Any] = {"parallelism": parallelism, "backoffLimit": backoff, "template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}, **spec}
+    if completions is not None:
+        s["completions"] = completions
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": s}
+
+
+async def _job_pods(http: Http, job: str) -> list[dict[str, Any]]:
+    _c, lst = await http.req("GET", PODS, params={"labelSelector": f"batch.kubernetes.io/job-name={job}"})
+    return list(lst["items"])
+
+
+async def _finish(http: Http, pod: dict[str, Any], phase: str, exit_code: int = 0) -> None:
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    code, body = await http.req("PATCH", f"{PODS}/{pod['metadata']['name']}/status", {"status": {
+        "phase": phase, "containerStatuses": [{
+            "name": "c", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
+            "state": {"terminated": {"exitCode": exit_code, "startedAt": now, "finishedAt": now,
+                                     "reason": "Completed" if exit_code == 0 else "Error"}}}]}},
+        content_type="application/merge-patch+json")
+    assert code == 200, body
+
+
+async def _condition(http: Http, job: str, typ: str) -> dict[str, Any] | None:
+    _c, obj = await http.req("GET", f"{JOBS}/{job}")
+    return next((c for c in (obj.get("status") or {}).get("conditions") or []
+                 if c["type"] == typ and c["status"] == "True"), None)
+
+
+async def test_a_job_runs_parallelism_pods_at_a_time_until_completions_succeed(ghttp: Http,
+                                                                              gkubectl: Kubectl) -> None:
+    code, job = await ghttp.req("POST", JOBS, _job("work"))
+    assert code == 201, job
+    # the server generated the selector and the pod template labels, as upstream
+    uid = job["metadata"]["uid"]
+    assert job["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    assert job["spec"]["template"]["metadata"]["labels"]["batch.kubernetes.io/job-name"] == "work"
+    finished: set[str] = set()
+    for _round in range(3):
+        async def running() -> list[dict[str, Any]]:
+            pods = [p for p in await _job_pods(ghttp, "work") if p["metadata"]["name"] not in finished]
+            return pods if pods else []
+
+        pods = await eventually(running, "pods to run")
+        assert len(pods) <= 2, "never more than parallelism pods at once"
+        for p in pods[: 3 - len(finished)]:
+            assert "batch.kubernetes.io/job-tracking" in p["metadata"]["finalizers"]
+            await _finish(ghttp, p, "Succeeded")
+            finished.add(p["metadata"]["name"])
+        if len(finished) >= 3:
+            break
+    cond = await eventually(lambda: _condition(ghttp, "work", "Complete"), "the Job to complete")
+    assert cond["reason"] == "CompletionsReached"
+    _c, obj = await ghttp.req("GET", f"{JOBS}/work")
+    assert obj["status"]["succeeded"] == 3 and obj["status"].get("completionTime")
+    assert await _condition(ghttp, "work", "SuccessCriteriaMet")
+    # finalizers were released once counted
+    assert all(not p["metadata"].get("finalizers") for p in await _job_pods(ghttp, "work"))
+    out = await gkubectl.ok("get", "jobs")
+    assert out.split("\n")[0].split() == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
+    assert out.split("\n")[1].split()[:3] == ["work", "Complete", "3/3"]
+
+
+async def test_a_failing_job_stops_at_its_backoff_limit_with_the_upstream_reason(ghttp: Http) -> None:
+    code, job = await ghttp.req("POST", JOBS, _job("fails", completions=1, parallelism=1, backoff=1))
+    assert code == 201, job
+    for attempt in range(2):
+        async def fresh(n: int = attempt) -> list[dict[str, Any]]:
+            pods = await _job_pods(ghttp, "fails")
+            return [p for p in pods if (p.get("status") or {}).get("phase") != "Failed"] if len(pods) > n else []
+
+        pods = await eventually(fresh, f"attempt {attempt + 1} (after the pod failure back-off)")
+        await _finish(ghttp, pods[0], "Failed", exit_code=1)
+    cond = await eventually(lambda: _condition(ghttp, "fails", "Failed"), "the Job to fail")
+    assert cond["reason"] == "BackoffLimitExceeded"
+    assert cond["message"] == "Job has reached the specified backoff limit"
+    assert await _condition(ghttp, "fails", "FailureTarget")
+    _c, obj = await ghttp.req("GET", f"{JOBS}/fails")
+    assert obj["status"]["failed"] == 2 and len(await _job_pods(ghttp, "fails")) == 2
+
+
+async def test_an_indexed_job_gives_each_pod_its_completion_index(ghttp: Http) -> None:
+    code, job = await ghttp.req("POST", JOBS, _job("idx", completions=2, parallelism=2, completionMode="Indexed"))
+    assert code == 201, job
+    pods = await eventually(lambda: _two(_job_pods(ghttp, "idx")), "two indexed pods")
+    indexes = sorted(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in pods)
+    assert indexes == ["0", "1"]
+    p0 = next(p for p in pods if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "0")
+    assert p0["metadata"]["name"].startswith("idx-0-") and p0["spec"]["hostname"] == "idx-0"
+    env = p0["spec"]["containers"][0]["env"]
+    assert {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+        "apiVersion": "v1", "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}} in env
+    for p in pods:
+        await _finish(ghttp, p, "Succeeded")
+    await eventually(lambda: _condition(ghttp, "idx", "Complete"), "the indexed Job to complete")
+    _c, obj = await ghttp.req("GET", f"{JOBS}/idx")
+    assert obj["status"]["completedIndexes"] == "0-1"
+
+
+async def _two(coro: Awaitable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    pods = await coro
+    return pods if len(pods) == 2 else []
+
+
+async def test_a_job_past_its_active_deadline_fails_with_deadline_exceeded(ghttp: Http) -> None:
+    code, job = await ghttp.req("POST", JOBS, _job("late", completions=1, parallelism=1, activeDeadlineSeconds=1))
+    assert code == 201, job
+    cond = await eventually(lambda: _condition(ghttp, "late", "Failed"), "the Job to pass its deadline")
+    assert cond["reason"] == "DeadlineExceeded" and cond["message"] == "Job was active longer than specified deadline"
+
+
+async def test_a_finished_job_with_a_ttl_is_deleted_with_its_pods(ghttp: Http) -> None:
+    code, job = await ghttp.req("POST", JOBS, _job("ttl", completions=1, parallelism=1, ttlSecondsAfterFinished=0))
+    assert code == 201, job
+    pods = await eventually(lambda: _job_pods(ghttp, "ttl"), "the pod")
+    await _finish(ghttp, pods[0], "Succeeded")
+    await eventually(lambda: _gone(ghttp, f"{JOBS}/ttl"), "the Job to be deleted after its TTL")
+    await eventually(lambda: _none(_job_pods(ghttp, "ttl")), "its pods to be collected")
+
+
+async def _none(coro: Awaitable[list[dict[str, Any]]]) -> bool:
+    return not await coro
+
+
+async def test_job_validation_reports_upstream_messages(ghttp: Http) -> None:
+    bad = _job("bad")
+    bad["spec"]["template"]["spec"]["restartPolicy"] = "Always"
+    code, st = await ghttp.req("POST", JOBS, bad)
+    assert code == 422
+    assert 'spec.template.spec.restartPolicy: Unsupported value: "Always": supported values: "OnFailure", "Never"' \
+        in st["message"]
+    manual = _job("manual", manualSelector=True)
+    code, st = await ghttp.req("POST", JOBS, manual)
+    assert code == 422 and "spec.selector: Required value" in st["message"]
+
+
+async def test_kubectl_create_job_and_cronjob(ghttp: Http, gkubectl: Kubectl) -> None:
+    await gkubectl.ok("create", "job", "hello", "--image=busybox:1.36", "--", "echo", "hi")
+    _c, job = await ghttp.req("GET", f"{JOBS}/hello")
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    await gkubectl.ok("create", "cronjob", "tick", "--image=busybox:1.36", "--schedule=*/5 * * * *",
+                      "--", "date")
+    out = await gkubectl.ok("get", "cj")
+    assert out.split("\n")[0].split() == ["NAME", "SCHEDULE", "TIMEZONE", "SUSPEND", "ACTIVE", "LAST", "SCHEDULE",
+                                          "AGE"]
+    assert out.split("\n")[1].split()[:6] == ["tick", "*/5", "*", "*", "*", "*"]
+    await gkubectl.ok("create", "job", "manual-run", "--from=cronjob/tick")
+    _c, run = await ghttp.req("GET", f"{JOBS}/manual-run")
+    assert run["metadata"]["ownerReferences"][0]["kind"] == "CronJob"
+    rc, _out, err = await gkubectl.run("create", "cronjob", "bad", "--image=busybox", "--schedule=nope")
+    assert rc != 0 and "spec.schedule" in err
+
+
+# ------------------------------------------------------------------ CronJobs with a movable clock
+class MovableClock:
+    def __init__(self) -> None:
+        self.offset = dt.timedelta()
+
+    def __call__(self) -> dt.datetime:
+        return dt.datetime.now(dt.UTC) + self.offset
+
+
+@pytest.fixture
+def clock() -> MovableClock:
+    return MovableClock()
+
+
+@pytest.fixture
+async def csrv(tmp_path: Path, clock: MovableClock) -> AsyncIterator[ServerHandle]:
+    args = build_parser().parse_args(["--secure-port", "0"])
+    opts = server_options(args)
+    opts["controller_kwargs"] = {**opts["controller_kwargs"], "cronjob_clock": clock}
+    async with run_server(tmp_path / "data", **opts) as srv:
+        yield srv
+
+
+async def test_a_cronjob_every_minute_starts_a_job_named_for_its_scheduled_minute(
+        csrv: ServerHandle, clock: MovableClock) -> None:
+    http = Http(csrv)
+    try:
+        cj = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "every"}, "spec": {
+            "schedule": "* * * * *", "concurrencyPolicy": "Forbid", "jobTemplate": {"spec": {"template": {"spec": {
+                "restartPolicy": "OnFailure", "containers": [{"name": "c", "image": "busybox"}]}}}}}}
+        code, obj = await http.req("POST", CRONJOBS, cj)
+        assert code == 201, obj
+        clock.offset = dt.timedelta(seconds=61)  # a minute later, without waiting for it
+        await http.req("PATCH", f"{CRONJOBS}/every", {"metadata": {"labels": {"poke": "1"}}},
+                       content_type="application/merge-patch+json")
+
+        async def jobs() -> list[dict[str, Any]]:
+            _c, lst = await http.req("GET", JOBS)
+            return list(lst["items"])
+
+        made = await eventually(jobs, "the first scheduled Job")
+        assert len(made) == 1
+        name = made[0]["metadata"]["name"]
+        sched = made[0]["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"]
+        minutes = int(dt.datetime.fromisoformat(sched.replace("Z", "+00:00")).timestamp()) // 60
+        assert name == f"every-{minutes}"
+
+        async def status() -> dict[str, Any] | None:
+            _c, o = await http.req("GET", f"{CRONJOBS}/every")
+            st = o.get("status") or {}
+            return st if st.get("active") and st.get("lastScheduleTime") else None
+
+        st = await eventually(status, "the CronJob status")
+        assert st["active"][0]["name"] == name
+        # Forbid: the next minute does not start a second Job while the first runs
+        clock.offset = dt.timedelta(seconds=122)
+        await http.req("PATCH", f"{CRONJOBS}/every", {"metadata": {"labels": {"poke": "2"}}},
+                       content_type="application/merge-patch+json")
+        await asyncio.sleep(1.0)
+        assert len(await jobs()) == 1
+    finally:
+        await http.close()

@@ -218,7 +218,13 @@ class CronJobController(kit.Controller):
                 await self.recorder.event(cj, "Warning", "TooManyMissedTimes",
                                           "too many missed start times. Set or decrease .spec.startingDeadlineSeconds "
                                           "or check clock skew")
-            if d.verdict is Verdict.MISSED and d.scheduled is not None:
+            if d.scheduled is not None and d.verdict in (Verdict.START, Verdict.SKIP_FORBID) and any(
+                    j["metadata"]["name"] == job_name(name, d.scheduled) for j in jobs):
+                # this run exists already (our status write was lost): only record it
+                last = _t(st.get("lastScheduleTime"))
+                if last is None or d.scheduled > last:
+                    st["lastScheduleTime"] = _ts(d.scheduled)
+            elif d.verdict is Verdict.MISSED and d.scheduled is not None:
                 await self.recorder.event(cj, "Warning", "MissSchedule",
                                           f"Missed scheduled time to start a job: {_ts(d.scheduled)}")
             elif d.verdict is Verdict.SKIP_FORBID:

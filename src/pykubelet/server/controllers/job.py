@@ -474,12 +474,16 @@ class JobController(kit.Controller):
     def _pod_updated(self, old: Obj, new: Obj) -> None:
         key = _controller_job(new) or _controller_job(old)
         if key:
+            # as upstream's updatePod: a pod that starts terminating counts as an observed deletion
+            if new["metadata"].get("deletionTimestamp") and not old["metadata"].get("deletionTimestamp"):
+                self.expectations.deletion_observed(key)
             self.queue.add(key)
 
     def _pod_deleted(self, pod: Obj) -> None:
         key = _controller_job(pod)
         if key:
-            self.expectations.deletion_observed(key)
+            if not pod["metadata"].get("deletionTimestamp"):
+                self.expectations.deletion_observed(key)
             self.queue.add(key)
 
     def _pods_of(self, job: Obj) -> list[Obj]:
