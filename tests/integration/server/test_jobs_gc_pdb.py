@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pykubelet.server.main import ServerHandle, build_parser, run_server, server_options
+from tests.builders import node, pod
 
 from .conftest import Http, Kubectl
 
@@ -363,3 +364,75 @@ async def test_a_cronjob_every_minute_starts_a_job_named_for_its_scheduled_minut
         assert len(await jobs()) == 1
     finally:
         await http.close()
+
+
+# ------------------------------------------------------------------ disruption budgets and eviction
+async def _ready_pod(http: Http, name: str, node_name: str = "n1") -> None:
+    body = pod(name, uid="", node_name=node_name, labels={"app": "web"})
+    code, obj = await http.req("POST", PODS, body)
+    assert code == 201, obj
+    code, obj = await http.req("PATCH", f"{PODS}/{name}/status", {"status": {
+        "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
+        content_type="application/merge-patch+json")
+    assert code == 200, obj
+
+
+async def _pdb_status(http: Http, name: str, **want: int) -> dict[str, Any] | None:
+    _c, obj = await http.req("GET", f"{PDBS}/{name}")
+    st = obj.get("status") or {}
+    return st if all(st.get(k) == v for k, v in want.items()) else None
+
+
+async def test_eviction_is_refused_with_429_while_the_budget_allows_no_disruption(ghttp: Http) -> None:
+    code, n = await ghttp.req("POST", "/api/v1/nodes", node("n1"))
+    assert code == 201, n
+    await _ready_pod(ghttp, "web-1")
+    await _ready_pod(ghttp, "web-2")
+    code, obj = await ghttp.req("POST", PDBS, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                                                "metadata": {"name": "web"},
+                                                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}})
+    assert code == 201, obj
+    st = await eventually(lambda: _pdb_status(ghttp, "web", disruptionsAllowed=1), "the budget's status")
+    assert (st["currentHealthy"], st["desiredHealthy"], st["expectedPods"]) == (2, 1, 2)
+    assert st["conditions"][0]["type"] == "DisruptionAllowed" and st["conditions"][0]["reason"] == "SufficientPods"
+    eviction: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web-1"}}
+    code, body = await ghttp.req("POST", f"{PODS}/web-1/eviction", eviction)
+    assert code == 201, body
+    # graceful deletion (the kubelet would finish it); the pod says why it is going
+    _c, evicted = await ghttp.req("GET", f"{PODS}/web-1")
+    assert evicted["metadata"].get("deletionTimestamp")
+    target = next(c for c in evicted["status"]["conditions"] if c["type"] == "DisruptionTarget")
+    assert (target["status"], target["reason"]) == ("True", "EvictionByEvictionAPI")
+    # the budget is spent: the second eviction is a 429 with upstream's message and cause
+    eviction["metadata"]["name"] = "web-2"
+    code, body = await ghttp.req("POST", f"{PODS}/web-2/eviction", eviction)
+    assert code == 429, body
+    assert body["reason"] == "TooManyRequests"
+    assert body["message"] == "Cannot evict pod as it would violate the pod's disruption budget."
+    assert body["details"]["causes"][0]["reason"] == "DisruptionBudget"
+    assert "needs 1 healthy pods and has 1 currently" in body["details"]["causes"][0]["message"]
+
+
+async def test_kubectl_drain_waits_for_the_disruption_budget(ghttp: Http, gkubectl: Kubectl) -> None:
+    code, n = await ghttp.req("POST", "/api/v1/nodes", node("n1"))
+    assert code == 201, n
+    await _ready_pod(ghttp, "web-1")
+    code, obj = await ghttp.req("POST", PDBS, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                                                "metadata": {"name": "web"},
+                                                "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}})
+    assert code == 201, obj
+    # maxUnavailable needs the pods' controller's scale: a bare pod makes the budget fail to sync
+    st = await eventually(lambda: _pdb_status(ghttp, "web", disruptionsAllowed=0), "the budget's status")
+    assert st["conditions"][0]["reason"] == "SyncFailed"
+    rc, out, err = await gkubectl.run("drain", "n1", "--force", "--grace-period=0", "--timeout=7s")
+    assert rc != 0, out
+    assert "Cannot evict pod as it would violate the pod's disruption budget." in err + out
+    code, _ = await ghttp.req("GET", f"{PODS}/web-1")
+    assert code == 200, "the budget kept the pod"
+    await ghttp.req("PATCH", f"{PDBS}/web", {"spec": {"maxUnavailable": None, "minAvailable": 0}},
+                    content_type="application/merge-patch+json")
+    await eventually(lambda: _pdb_status(ghttp, "web", disruptionsAllowed=1), "the relaxed budget")
+    await gkubectl.ok("drain", "n1", "--force", "--grace-period=0", "--timeout=20s")
+    assert await _gone(ghttp, f"{PODS}/web-1")
+    _c, nobj = await ghttp.req("GET", "/api/v1/nodes/n1")
+    assert nobj["spec"]["unschedulable"] is True
