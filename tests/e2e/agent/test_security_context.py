@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -42,10 +43,12 @@ def test_security_context_on_containerd(containerd: Any, tmp_path: Path) -> None
     main = api_pod(
         "sec",
         busybox("priv", privileged=True),
-        busybox("user", runAsUser=1000, seccompProfile={"type": "RuntimeDefault"}),
+        busybox("user", runAsUser=1000, seccompProfile={"type": "RuntimeDefault"}, allowPrivilegeEscalation=False),
+        busybox("local", seccompProfile={"type": "Localhost", "localhostProfile": "deny-mkdir.json"}),
         busybox("ro", readOnlyRootFilesystem=True),
         busybox("nocaps", capabilities={"drop": ["ALL"]}),
-        securityContext={"sysctls": [{"name": "kernel.shm_rmid_forced", "value": "1"}]},
+        securityContext={"sysctls": [{"name": "kernel.shm_rmid_forced", "value": "1"}], "runAsGroup": 2000,
+                         "supplementalGroups": [3000], "fsGroup": 4000},
         hostAliases=[{"ip": "198.18.0.77", "hostnames": ["alias.example", "other.example"]}],
     )
     nonroot = api_pod("nonroot", busybox("app", runAsNonRoot=True))
@@ -53,7 +56,14 @@ def test_security_context_on_containerd(containerd: Any, tmp_path: Path) -> None
                                                                                "value": "1024"}]})
     hostnet = api_pod("hostnet", busybox("app"), hostNetwork=True, hostPID=True, hostIPC=True)
     shared = api_pod("shared", busybox("a"), busybox("b", ["sh", "-c", "exec sleep 3601"]), shareProcessNamespace=True)
-    pods = [main, nonroot, unsafe, hostnet, shared]
+    no_userns = api_pod("userns", busybox("app"), hostUsers=False)
+    no_class = api_pod("noclass", busybox("app"), runtimeClassName="missing")
+    pods = [main, nonroot, unsafe, hostnet, shared, no_userns, no_class]
+    seccomp_dir = tmp_path / "root" / "seccomp"
+    seccomp_dir.mkdir(parents=True)
+    (seccomp_dir / "deny-mkdir.json").write_text(json.dumps({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}))
     host_ns = {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("net", "pid", "ipc")}
 
     async def run() -> None:
@@ -64,7 +74,7 @@ def test_security_context_on_containerd(containerd: Any, tmp_path: Path) -> None
         api = FakeApi()
         runtime = CRIClient(containerd.endpoint, timeout=30)
         await runtime.connect(wait=10)
-        k = Kubelet(options=opts, api=api, runtime=runtime, recorder=FakeEventRecorder(),
+        k = Kubelet(options=opts, api=api, runtime=runtime, recorder=(recorder := FakeEventRecorder()),
                     updates=(updates := asyncio.Queue[PodUpdate]()), pleg_period=0.5)
         await k.start()
 
@@ -84,9 +94,13 @@ def test_security_context_on_containerd(containerd: Any, tmp_path: Path) -> None
 
             st = await eventually(lambda: status(main).get("phase") == "Running" and status(main))
             assert await sh(st, "priv", "mkdir -p /tmp/m && mount -t tmpfs none /tmp/m && echo mounted") == (0, "mounted\n")
-            assert await sh(st, "user", "id -u") == (0, "1000\n")
-            code, out = await sh(st, "user", "grep Seccomp: /proc/1/status")
-            assert out.split() == ["Seccomp:", "2"]
+            assert await sh(st, "user", "id -u; id -g") == (0, "1000\n2000\n")
+            code, out = await sh(st, "user", "id -G")
+            assert {"2000", "3000", "4000"} <= set(out.split())
+            code, out = await sh(st, "user", "grep -E '^(Seccomp|NoNewPrivs):' /proc/1/status")
+            assert out.split() == ["NoNewPrivs:", "1", "Seccomp:", "2"]
+            code, out = await sh(st, "local", "mkdir /tmp/d")  # the Localhost profile under <root-dir>/seccomp
+            assert code != 0 and "Operation not permitted" in out
             code, out = await sh(st, "ro", "touch /written")
             assert code != 0 and "Read-only file system" in out
             code, out = await sh(st, "nocaps", "chown 1 /tmp")
@@ -111,6 +125,13 @@ def test_security_context_on_containerd(containerd: Any, tmp_path: Path) -> None
             st_unsafe = await eventually(lambda: status(unsafe).get("phase") == "Failed" and status(unsafe))
             assert st_unsafe["reason"] == "SysctlForbidden"
             assert st_unsafe["message"] == 'forbidden sysctl: "net.core.somaxconn" not allowlisted'
+
+            def sandbox_errors() -> set[str]:
+                return {m for _t, r, m in recorder.events if r == "FailedCreatePodSandBox"}
+
+            await eventually(lambda: len(sandbox_errors()) >= 2)
+            assert any("does not support user namespaces" in m for m in sandbox_errors())  # containerd 1.6
+            assert any('runtimeclass.node.k8s.io "missing" not found' in m for m in sandbox_errors())
 
             st_host = await eventually(lambda: status(hostnet).get("phase") == "Running" and status(hostnet))
             assert st_host["podIP"] == "127.0.0.1"

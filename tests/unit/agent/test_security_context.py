@@ -175,3 +175,11 @@ def test_sandbox_config_sysctls_overhead_and_fqdn_hostname() -> None:
     long = sec_pod(sc_container(), hostname="h" * 40, subdomain="s" * 20, setHostnameAsFQDN=True)
     with pytest.raises(criconfig.ConfigError, match="is too long"):
         criconfig.sandbox_config(long, 0, pod_logs_dir="/l")
+
+
+def test_sandbox_group_only_with_a_user() -> None:
+    # containerd refuses a sandbox whose group is set without a user
+    only_group = security.sandbox_security(sec_pod(sc_container(), pod_sc={"runAsGroup": 2000}), OPTS)
+    assert not only_group.HasField("run_as_group") and not only_group.HasField("run_as_user")
+    both = security.sandbox_security(sec_pod(sc_container(), pod_sc={"runAsUser": 1, "runAsGroup": 2}), OPTS)
+    assert (both.run_as_user.value, both.run_as_group.value) == (1, 2)

@@ -290,8 +290,10 @@ def sandbox_security(pod: JSON, options: SecurityOptions) -> pb.LinuxSandboxSecu
     )
     if psc.get("runAsUser") is not None:
         sc.run_as_user.value = int(psc["runAsUser"])
-    if psc.get("runAsGroup") is not None:
-        sc.run_as_group.value = int(psc["runAsGroup"])
+        # only with a user: containerd refuses a sandbox group without one ("user group is specified
+        # without user"); the pause process needs neither, the containers get theirs below
+        if psc.get("runAsGroup") is not None:
+            sc.run_as_group.value = int(psc["runAsGroup"])
     _selinux(psc.get("seLinuxOptions"), sc.selinux_options)
     return sc
 
