@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -122,3 +123,75 @@ def test_loading_a_file_that_is_not_an_image_archive_fails_clearly(tmp_path: Pat
                           "--address", "/nonexistent.sock", str(junk)], capture_output=True, text=True, check=False)
     assert res.returncode == 1
     assert "is not an image archive" in res.stderr
+
+
+@pytest.fixture
+def small_containerd(e2e_slot: int, tmp_path: Path, image_cache_dir: Path) -> Iterator[PrivateContainerd]:
+    """A containerd of its own whose root is a 48 MiB tmpfs: a disk that fills up quickly."""
+    data = tmp_path / "cd"
+    root = data / "root"
+    root.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "pykubelet-e2e-gc", str(root)], check=True)
+    cd = PrivateContainerd(data, pod_cidr=f"198.18.{200 + e2e_slot}.0/24", bridge=f"pkg{e2e_slot}",
+                           cgroup_parent=f"/pykubelet-e2e-gc{e2e_slot}",
+                           log=lambda m: print(f"[gc containerd] {m}", file=sys.stderr))
+    try:
+        asyncio.run(cd.start())
+        asyncio.run(images.bootstrap_images(cd.address, cache_dir=image_cache_dir))
+        yield cd
+    finally:
+        asyncio.run(cd.shutdown())
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+def _random_image(tmp: Path, ref: str, size: int) -> images.BuiltImage:
+    import os
+
+    layer = images.layer_tar([images.Entry("blob", "file", 0o644, os.urandom(size))])
+    return images.write_oci_archive(tmp / (hashlib.sha256(ref.encode()).hexdigest()[:8] + ".tar"), [ref], layer,
+                                    {"architecture": images.oci_arch(), "os": "linux", "config": {}})
+
+
+def test_image_gc_on_a_full_disk_removes_unused_images_least_recently_used_first(
+        small_containerd: PrivateContainerd, tmp_path: Path) -> None:
+    from pykubelet.agent.images.gc import GCPolicy, ImageGCManager
+    from pykubelet.cri import pb
+    from tests.fakes import FakeClock, FakeEventRecorder
+
+    cd = small_containerd
+    clock = FakeClock(1_000.0)
+    names = [f"example.com/gc/img{i}:1" for i in range(4)]
+
+    async def scenario() -> tuple[list[str], set[str], int, int]:
+        async with CRIClient(cd.endpoint) as cri:
+            gc = ImageGCManager(cri, FakeEventRecorder(), dict, GCPolicy(20, 5, min_age=0), clock=clock)
+            for ref in images.BUSYBOX_REFS:  # only the pause image and the test's images on this disk
+                await cri.remove_image(ref)
+            for ref in [*names, "example.com/gc/inuse:1"]:  # detected one after the other: LRU order
+                await images.import_image(cd.address, _random_image(tmp_path, ref, 3_000_000))
+                clock.advance(10)
+                await gc.detect(clock())
+            cfg = pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name="gc", namespace="e2e", uid="gc-uid"),
+                                      linux=pb.LinuxPodSandboxConfig(security_context=pb.LinuxSandboxSecurityContext(
+                                          namespace_options=pb.NamespaceOption(network=pb.NODE))))
+            sid = await cri.run_pod_sandbox(cfg)
+            await cri.create_container(sid, pb.ContainerConfig(
+                metadata=pb.ContainerMetadata(name="c"), image=pb.ImageSpec(image="example.com/gc/inuse:1"),
+                command=["/blob"]), cfg)  # created, never started: still "in use"
+            capacity, before = await gc._image_fs()
+            # thresholds that ask for 1.5 images' worth of space: the two least recently used must go
+            size = max(i.size for i in await cri.list_images() if "example.com/gc/img0:1" in i.repo_tags)
+            low = 100 - math.ceil((before + 1.5 * size) * 100 / capacity)
+            gc.policy = GCPolicy(min(100 - math.ceil(before * 100 / capacity), low + 1), low, min_age=0)
+            clock.advance(10)
+            await gc.run_once()
+            left = {t for i in await cri.list_images() for t in i.repo_tags}
+            after = (await gc._image_fs())[1]
+            await cri.stop_pod_sandbox(sid)
+            await cri.remove_pod_sandbox(sid)
+            return names, left, before, after
+
+    order, left, available_before, available_after = asyncio.run(scenario())
+    assert [r for r in order if r not in left] == order[:2]  # least recently used first, just enough
+    assert "example.com/gc/inuse:1" in left and "registry.k8s.io/pause:3.9" in left
+    assert available_after > available_before
