@@ -183,3 +183,10 @@ def test_sandbox_group_only_with_a_user() -> None:
     assert not only_group.HasField("run_as_group") and not only_group.HasField("run_as_user")
     both = security.sandbox_security(sec_pod(sc_container(), pod_sc={"runAsUser": 1, "runAsGroup": 2}), OPTS)
     assert (both.run_as_user.value, both.run_as_group.value) == (1, 2)
+
+
+def test_badly_typed_security_context_is_a_config_error() -> None:
+    with pytest.raises(criconfig.ConfigError, match=r"capabilities.drop: Invalid value: 'ALL'"):
+        criconfig.check_container_types(sc_container(capabilities={"drop": "ALL"}), "spec.containers[c]")
+    with pytest.raises(criconfig.ConfigError, match="seccompProfile"):
+        criconfig.check_container_types(sc_container(seccompProfile="RuntimeDefault"), "spec.containers[c]")

@@ -89,6 +89,15 @@ def check_container_types(container: dict[str, Any], path: str) -> None:
     for key in ("privileged", "readOnlyRootFilesystem", "allowPrivilegeEscalation", "runAsNonRoot"):
         v = (sc or {}).get(key)
         _expect(v is None or isinstance(v, bool), f"{path}.securityContext.{key}", v, "must be a boolean")
+    caps = (sc or {}).get("capabilities")
+    _expect(caps is None or isinstance(caps, dict), f"{path}.securityContext.capabilities", caps, "must be an object")
+    for key in ("add", "drop"):
+        v = (caps or {}).get(key)
+        _expect(v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
+                f"{path}.securityContext.capabilities.{key}", v, "must be a list of strings")
+    for key in ("seccompProfile", "appArmorProfile", "seLinuxOptions"):
+        v = (sc or {}).get(key)
+        _expect(v is None or isinstance(v, dict), f"{path}.securityContext.{key}", v, "must be an object")
 
 
 def _md(pod: Pod) -> dict[str, Any]:
