@@ -86,6 +86,12 @@ def cpu_rate(prev: CpuPoint | None, cur: CpuPoint | None) -> tuple[int, float] |
     return int((cur[1] - prev[1]) / window * 1e9), window
 
 
+def _memory(b: float) -> str:
+    """Bytes as a binary-SI quantity (metrics-server's ``resource.NewQuantity(v, BinarySI)``)."""
+    n = int(b)
+    return canonical(f"{n // 1024}Ki") if n % 1024 == 0 and n else str(n)
+
+
 def _window(seconds: float) -> str:
     return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
 
@@ -103,7 +109,7 @@ def node_metrics(node: Obj, prev: Scrape, cur: Scrape) -> Obj | None:
             "metadata": {"name": meta.get("name", ""), "creationTimestamp": _ts(cur.node_cpu[0]),
                          "labels": dict(meta.get("labels") or {})},
             "timestamp": _ts(cur.node_cpu[0]), "window": _window(rate[1]),
-            "usage": {"cpu": canonical(f"{rate[0]}n"), "memory": canonical(str(int(cur.node_memory)))}}
+            "usage": {"cpu": canonical(f"{rate[0]}n"), "memory": _memory(cur.node_memory)}}
 
 
 def pod_metrics(pod: Obj, prev: Scrape, cur: Scrape) -> Obj | None:
@@ -121,7 +127,7 @@ def pod_metrics(pod: Obj, prev: Scrape, cur: Scrape) -> Obj | None:
             return None  # as metrics-server: a pod is reported once every container has a rate
         window, stamp = max(window, rate[1]), max(stamp, point[0])
         containers.append({"name": name, "usage": {"cpu": canonical(f"{rate[0]}n"),
-                                                   "memory": canonical(str(int(mem.get(name, 0))))}})
+                                                   "memory": _memory(mem.get(name, 0))}})
     return {"kind": "PodMetrics", "apiVersion": API_VERSION,
             "metadata": {"name": key[1], "namespace": key[0], "creationTimestamp": _ts(stamp),
                          "labels": dict(meta.get("labels") or {})},

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
+from pykubelet.agent.server.logs import format_rfc3339_nano
+from pykubelet.agent.server.stats import resource_metrics
+from pykubelet.common.quantity import parse_quantity
 from pykubelet.server.main import ServerHandle, build_parser, run_server, server_options
 from tests.builders import node, pod
 
@@ -436,3 +442,63 @@ async def test_kubectl_drain_waits_for_the_disruption_budget(ghttp: Http, gkubec
     assert await _gone(ghttp, f"{PODS}/web-1")
     _c, nobj = await ghttp.req("GET", "/api/v1/nodes/n1")
     assert nobj["spec"]["unschedulable"] is True
+
+
+# ------------------------------------------------------------------ metrics.k8s.io from a kubelet's /metrics/resource
+_BOOT = time.time() - 1000.0
+
+
+def _summary() -> dict[str, Any]:
+    """A kubelet stats summary whose CPU counters grow at 250m (node) and 100m (the pod)."""
+    now = time.time() - _BOOT  # counters since "boot", as a kubelet reports them
+    stamp = format_rfc3339_nano(time.time_ns())
+    cpu = {"time": stamp, "usageCoreNanoSeconds": int(now * 0.1e9)}
+    mem = {"time": stamp, "workingSetBytes": 64 * 1024 * 1024}
+    return {"node": {"cpu": {"time": stamp, "usageCoreNanoSeconds": int(now * 0.25e9)},
+                     "memory": {"time": stamp, "workingSetBytes": 512 * 1024 * 1024}},
+            "pods": [{"podRef": {"name": "web-1", "namespace": "default"}, "cpu": cpu, "memory": mem,
+                      "containers": [{"name": "c", "cpu": cpu, "memory": mem}]}]}
+
+
+@pytest.fixture
+async def fake_kubelet(gsrv: ServerHandle) -> AsyncIterator[int]:
+    """An HTTPS endpoint answering /metrics/resource like the agent (its own renderer)."""
+    async def metrics(_req: web.Request) -> web.Response:
+        return web.Response(text=resource_metrics(_summary()), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics/resource", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    pki = gsrv.registry.pki
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(pki.server_crt), str(pki.server_key))
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield int(port)
+    finally:
+        await runner.cleanup()
+
+
+async def test_kubectl_top_prints_usage_from_the_kubelets(ghttp: Http, gkubectl: Kubectl, fake_kubelet: int) -> None:
+    n = node("n1", allocatable={"cpu": "2", "memory": "4Gi"}, capacity={"cpu": "2", "memory": "4Gi"})
+    n["status"]["daemonEndpoints"] = {"kubeletEndpoint": {"Port": fake_kubelet}}
+    code, obj = await ghttp.req("POST", "/api/v1/nodes", n)
+    assert code == 201, obj
+    await _ready_pod(ghttp, "web-1")
+    code, nm = await ghttp.req("GET", "/apis/metrics.k8s.io/v1beta1/nodes/n1")
+    assert code == 200, nm
+    assert nm["kind"] == "NodeMetrics" and nm["usage"]["memory"] == "512Mi"
+    cpu_m = parse_quantity(nm["usage"]["cpu"]).milli_value()
+    assert 200 <= cpu_m <= 300, nm
+    code, pm = await ghttp.req("GET", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods")
+    assert code == 200 and [p["metadata"]["name"] for p in pm["items"]] == ["web-1"], pm
+    assert pm["items"][0]["containers"][0]["usage"]["memory"] == "64Mi"
+    out = await gkubectl.ok("top", "node")
+    row = out.split("\n")[1].split()
+    assert row[0] == "n1" and row[1].endswith("m") and row[3] == "512Mi", out
+    out = await gkubectl.ok("top", "pod")
+    row = out.split("\n")[1].split()
+    assert row[0] == "web-1" and row[1].endswith("m") and row[2] == "64Mi", out
