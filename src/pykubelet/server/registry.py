@@ -38,16 +38,17 @@ from pykubelet.server import (
     admissionplugins,
     apps,
     crd,
-    apps,
     batchvalidation,
     events_conv,
     garbagecollection,
     managedfields,
     pdb,
+    rbac,
     schema,
     storagevalidation,
     tables,
 )
+from pykubelet.server.authadmission import AuthAdmission
 from pykubelet.server.auth import PKI, Attributes, Authorizer, TokenAuth, UserInfo, csr_subject
 from pykubelet.server.errors import (
     StatusError,
@@ -59,7 +60,7 @@ from pykubelet.server.errors import (
     success_status,
 )
 from pykubelet.server.patch import apply_patch, strategic_merge
-from pykubelet.server.resources import BY_GVR, ResourceInfo, namespaced_resources
+from pykubelet.server.resources import BY_GVR, BY_KEY, ResourceInfo, namespaced_resources
 from pykubelet.server.selectors import parse_field_selector, parse_label_selector
 from pykubelet.server.services import ServiceAllocator, kubernetes_endpoints
 from pykubelet.server.storage import Obj, Storage
@@ -127,6 +128,8 @@ class Registry:
         self.authorizer = authorizer
         self._tasks: set[asyncio.Task[Any]] = set()
         tokens.claims_validator = self.validate_sa_claims
+        # NodeRestriction, RBAC validation/escalation checks, ClusterRole aggregation
+        self.auth_admission = AuthAdmission(store, authorizer)
         # StorageObjectInUseProtection admission: only when the controller that removes the
         # finalizers again runs (run_server with controllers), else claims could never go.
         self.storage_protection = False
@@ -153,6 +156,9 @@ class Registry:
         sc_ri = BY_GVR[("storage.k8s.io", "v1", "storageclasses")]
         if self.store.peek(sc_ri.key, "", DEFAULT_STORAGE_CLASS["metadata"]["name"]) is None:
             self._create_obj(sc_ri, "", copy.deepcopy(DEFAULT_STORAGE_CLASS), sys_ctx)
+        rbac.ensure_defaults(lambda key, name: self.store.peek(key, "", name),
+                             lambda key, obj: self._create_obj(BY_KEY[key], "", obj, sys_ctx) and None)
+        self._spawn(self.auth_admission.aggregation_loop())
         self.crds.load([o for _, o in self.store.iter_raw(crd.CRD_KEY)])
         admissionplugins.bootstrap(self.store, lambda r, o: self._create_obj(r, "", o, sys_ctx))
         for (_, name), obj in list(self.store.iter_raw("namespaces")):
@@ -253,14 +259,12 @@ class Registry:
             if (sv := self.crds.served(ri)) is not None:
                 return self.crds.to_scale(sv, self._raw_get(ri, ns, name))
             return apps.to_scale(self.present(ri, self._raw_get(ri, ns, name)))
-        if sub == "scale":
-            if (sv := self.crds.served(ri)) is not None:
-                return self.crds.to_scale(sv, self._raw_get(ri, ns, name))
-            return apps.to_scale(self.present(ri, self._raw_get(ri, ns, name)))
         return self.present(ri, self._raw_get(ri, ns, name))
 
-    def list_objects(self, ri: ResourceInfo, ns: str | None, label_sel: str | None, field_sel: str | None,
-             limit: int | None, cont: str | None) -> tuple[list[Obj], int, str | None, int | None]:
+    def _select(self, ri: ResourceInfo, ns: str | None, label_sel: str | None, field_sel: str | None,
+                limit: int | None, cont: str | None
+                ) -> tuple[list[tuple[tuple[str, str], Obj, Obj]], int, str | None, int | None]:
+        """(key, stored object, presented object) of one list page, and its revision and continue."""
         if ri.virtual:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         lmatch = parse_label_selector(label_sel)
@@ -271,7 +275,7 @@ class Registry:
             ns = eq["metadata.namespace"]
         start = _decode_continue(cont) if cont else None
         rev = self.store.revision
-        out: list[Obj] = []
+        out: list[tuple[tuple[str, str], Obj, Obj]] = []
         last_key: tuple[str, str] | None = None
         remaining = 0
         for key, raw in self.store.iter_raw(ri.key, ns):
@@ -285,10 +289,33 @@ class Registry:
             if limit and len(out) >= limit:
                 remaining += 1
                 continue
-            out.append(copy.deepcopy(obj))
+            out.append((key, raw, obj))
             last_key = key
         next_cont = _encode_continue(rev, last_key) if remaining and last_key else None
         return out, rev, next_cont, (remaining if next_cont else None)
+
+    def list_objects(self, ri: ResourceInfo, ns: str | None, label_sel: str | None, field_sel: str | None,
+                     limit: int | None, cont: str | None) -> tuple[list[Obj], int, str | None, int | None]:
+        selected, rev, next_cont, remaining = self._select(ri, ns, label_sel, field_sel, limit, cont)
+        return [copy.deepcopy(obj) for _, _, obj in selected], rev, next_cont, remaining
+
+    def list_shared(self, ri: ResourceInfo, ns: str | None, label_sel: str | None, field_sel: str | None,
+                    limit: int | None, cont: str | None) -> tuple[list[Obj], int, str | None, int | None]:
+        """Like :meth:`list_objects` without the copies: for rendering (Tables) right away; callers
+        must not mutate the objects or hold them across an await."""
+        selected, rev, next_cont, remaining = self._select(ri, ns, label_sel, field_sel, limit, cont)
+        return [obj for _, _, obj in selected], rev, next_cont, remaining
+
+    def list_encoded(self, ri: ResourceInfo, ns: str | None, label_sel: str | None, field_sel: str | None,
+                     limit: int | None, cont: str | None) -> tuple[list[bytes], int, str | None, int | None]:
+        """Like :meth:`list_objects`, as each item's JSON: an object presented as stored reuses the
+        bytes the store encoded once per revision, so a list of 10,000 pods copies no dict."""
+        selected, rev, next_cont, remaining = self._select(ri, ns, label_sel, field_sel, limit, cont)
+        out: list[bytes] = []
+        for (ons, name), raw, obj in selected:
+            data = self.store.encoded(ri.key, ons, name) if obj is raw else None
+            out.append(data if data is not None else json.dumps(obj, separators=(",", ":")).encode())
+        return out, rev, next_cont, remaining
 
     # ---------------------------------------------------------------- helpers
     def _check_namespace(self, ri: ResourceInfo, ns: str, creating: bool = True) -> None:
@@ -376,9 +403,6 @@ class Registry:
             errs += storagevalidation.validate_pvc(obj, old if sub == "" else None)
         elif not errs and ri.resource == "storageclasses":
             errs += storagevalidation.validate_storage_class(obj, old)
-        elif not errs and ri.group == "apps":
-            errs += (apps.validate_controller_revision(obj) if ri.resource == "controllerrevisions"
-                     else apps.validate_workload(ri.resource, obj, old))
         elif not errs and ri.group == "apps":
             errs += (apps.validate_controller_revision(obj) if ri.resource == "controllerrevisions"
                      else apps.validate_workload(ri.resource, obj, old))
@@ -479,8 +503,6 @@ class Registry:
             storagevalidation.default_pv(obj)
         elif ri.group == "apps":
             apps.prepare_create(ri.resource, obj)
-        elif ri.group == "apps":
-            apps.prepare_create(ri.resource, obj)
         elif ri.resource == "services" and ri.group == "":
             obj.pop("status", None)
             errs = self.services.prepare_create(obj, (o for _, o in self.store.iter_raw("services")))
@@ -515,6 +537,7 @@ class Registry:
             if ctx.user.extra:
                 spec["extra"] = ctx.user.extra
             obj["status"] = {}
+        self.auth_admission.admit("CREATE", ri.group, ri.resource, "", ns, meta.get("name", ""), obj, None, ctx.user)
         self._validate(ri, obj, None)
         admissionplugins.admit_create(self.store, ri, ns, obj)  # ResourceQuota
         self._managed(obj, ri, ctx, operation, written=written)
@@ -547,8 +570,6 @@ class Registry:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         if sub == "scale":
             return self._write_scale(ri, ns, name, body, ctx, warnings), warnings
-        if sub == "scale":
-            return self._write_scale(ri, ns, name, body, ctx, warnings), warnings
         self._check_type(ri, body)
         body = self._decode_as(ri, body, ctx, warnings)
         bmeta = body.get("metadata") or {}
@@ -562,27 +583,6 @@ class Registry:
             body = events_conv.to_core(body)
         old = self._raw_get(ri, ns, name)
         return self._update_obj(ri, ns, name, sub, old, body, ctx, "Update"), warnings
-
-    def _write_scale(self, ri: ResourceInfo, ns: str, name: str, scale: Obj, ctx: RequestContext,
-                     warnings: list[str]) -> Obj:
-        """PUT/PATCH of the ``scale`` subresource: an autoscaling/v1 Scale sets spec.replicas."""
-        if scale.get("apiVersion") not in (None, "autoscaling/v1") or scale.get("kind") not in (None, "Scale"):
-            raise bad_request(f"the API version in the data ({scale.get('apiVersion')}) does not match the expected "
-                              "API version (autoscaling/v1)")
-        scale = self._decode("autoscaling", "v1", "Scale", scale, ctx, warnings)
-        if errs := apps.scale_errors(scale):
-            raise invalid("Scale", name, errs, "autoscaling")
-        old = self._raw_get(ri, ns, name)
-        rv = str((scale.get("metadata") or {}).get("resourceVersion") or "")
-        if rv and rv != old["metadata"].get("resourceVersion"):
-            raise conflict(ri.resource, name, ri.group)
-        new = copy.deepcopy(old)
-        replicas = int((scale.get("spec") or {}).get("replicas") or 0)
-        if (sv := self.crds.served(ri)) is not None:
-            self.crds.set_replicas(sv, new, replicas)
-            return self.crds.to_scale(sv, self._update_obj(ri, ns, name, "", old, new, ctx, "Update"))
-        new.setdefault("spec", {})["replicas"] = replicas
-        return apps.to_scale(self._update_obj(ri, ns, name, "", old, new, ctx, "Update"))
 
     def _write_scale(self, ri: ResourceInfo, ns: str, name: str, scale: Obj, ctx: RequestContext,
                      warnings: list[str]) -> Obj:
@@ -631,8 +631,6 @@ class Registry:
             storagevalidation.default_pv(new)
         elif ri.group == "apps" and sub == "":
             apps.default_workload(ri.resource, new)
-        elif ri.group == "apps" and sub == "":
-            apps.default_workload(ri.resource, new)
         elif ri.resource == "services" and ri.group == "" and sub == "":
             errs = self.services.prepare_update(old, new, (o for k, o in self.store.iter_raw("services")
                                                            if k != (ns, name)))
@@ -649,7 +647,12 @@ class Registry:
             string_data_to_data(new)  # the v1 -> internal conversion, on every write
             if not new.get("type"):
                 new["type"] = "Opaque"
-        self._validate(ri, new, old, sub)
+        self.auth_admission.admit("UPDATE", ri.group, ri.resource, sub, ns, name, new, old, ctx.user)
+        validate_against = old
+        if ri.resource == "pods" and ri.group == "" and sub == "ephemeralcontainers":
+            podspec.default_pod(new, admission=False, old=old)
+            validate_against = self._ephemeral_update(name, old, new)
+        self._validate(ri, new, validate_against, sub)
         self._managed(new, ri, ctx, operation, sub, old=old, written=applied)
         if ctx.dry_run:
             return self.present(ri, new)
@@ -664,6 +667,20 @@ class Registry:
                 not meta.get("deletionGracePeriodSeconds") and ri.resource != "namespaces":
             stored = self.store.delete(ri.key, ns if ri.namespaced else "", name)
         return self.present(ri, stored)
+
+    @staticmethod
+    def _ephemeral_update(name: str, old: Obj, new: Obj) -> Obj:
+        """ValidatePodEphemeralContainersUpdate: ephemeral containers may only be added; returns
+        the old pod as the rest of the update validation compares against."""
+        old_ecs = {c.get("name"): c for c in (old.get("spec") or {}).get("ephemeralContainers") or []}
+        new_ecs = {c.get("name"): c for c in (new.get("spec") or {}).get("ephemeralContainers") or []
+                   if isinstance(c, dict)}
+        for n, c in old_ecs.items():
+            if new_ecs.get(n) != c:
+                raise invalid("Pod", name, [("spec.ephemeralContainers",
+                                             f'Forbidden: existing ephemeral containers "{n}" may not be changed')])
+        return {**old, "spec": {**(old.get("spec") or {}),
+                                "ephemeralContainers": (new.get("spec") or {}).get("ephemeralContainers")}}
 
     def _prepare_update(self, ri: ResourceInfo, sub: str, old: Obj, new: Obj) -> Obj:
         """Upstream PrepareForUpdate: system metadata from old; status vs. spec split."""
@@ -719,13 +736,6 @@ class Registry:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         if body is None:
             raise bad_request("empty patch body")
-        if sub == "scale":
-            cur_scale = self.get(ri, ns, name, "scale")
-            patched_scale = (strategic_merge(cur_scale, body) if ptype == "apply"
-                             else apply_patch(cur_scale, body, ptype))
-            if not isinstance(patched_scale, dict):
-                raise bad_request("patch result must be an object")
-            return self._write_scale(ri, ns, name, patched_scale, ctx, warnings), 200, warnings
         if sub == "scale":
             cur_scale = self.get(ri, ns, name, "scale")
             patched_scale = (strategic_merge(cur_scale, body) if ptype == "apply"
@@ -789,6 +799,7 @@ class Registry:
             raise conflict(ri.resource, name, ri.group,
                            f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
                            f"ResourceVersion in object meta: {obj['metadata'].get('resourceVersion')}")
+        self.auth_admission.admit("DELETE", ri.group, ri.resource, "", ns, name, None, obj, ctx.user)
         if ctx.dry_run or opts.get("dryRun"):
             return self.present(ri, obj), 200
         if ri.resource == "namespaces":
@@ -896,6 +907,8 @@ class Registry:
     async def _create_sub(self, ri: ResourceInfo, ns: str, name: str, sub: str, body: Obj,
                           ctx: RequestContext) -> tuple[Obj, int]:
         key = (ri.resource, sub)
+        if key in (("pods", "eviction"), ("serviceaccounts", "token")):
+            self.auth_admission.admit("CREATE", ri.group, ri.resource, sub, ns, name, body, None, ctx.user)
         if key == ("pods", "binding") or ri.resource == "bindings":
             return self._bind(ns, name or (body.get("metadata") or {}).get("name", ""), body, ctx.dry_run)
         if key == ("pods", "eviction"):

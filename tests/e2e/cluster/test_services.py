@@ -177,3 +177,18 @@ def test_proxy_rules_use_only_our_own_chains(web) -> None:  # type: ignore[no-un
     svc_ip = web.jsonpath("get", "service", "svc-web", "-o", "jsonpath={.spec.clusterIP}")
     ours = [line for line in saved.splitlines() if f"-d {svc_ip}/32" in line]
     assert ours and all(line.split()[1].startswith("PYK") for line in ours), ours
+
+
+def test_kubectl_debug_shell_shares_the_target_process_namespace(web) -> None:  # type: ignore[no-untyped-def]
+    # An interactive shell (stdin attached): its `ps` sees the target's httpd as PID 1.
+    res = web.kubectl("debug", "-i", "svc-web-2", "--image=busybox:1.36", "--target=web", "-c", "dbg",
+                      "--", "sh", input="ps\nexit\n", timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+
+    def shell_output() -> str:  # what the shell printed (the attach may end before it is relayed)
+        return str(web.kubectl("logs", "svc-web-2", "-c", "dbg", check=False).stdout)
+
+    web.wait_for("the debug shell's ps", lambda: "1 root     httpd -f -p 8080" in shell_output(), 20, 0.5)
+    pod = json.loads(web.kubectl("get", "pod", "svc-web-2", "-o", "json").stdout)
+    [st] = pod["status"]["ephemeralContainerStatuses"]
+    assert st["name"] == "dbg" and st["containerID"].startswith("containerd://"), st

@@ -81,6 +81,8 @@ class PodActions:
     attempt: int = 0
     init_containers_to_start: list[str] = field(default_factory=list)
     containers_to_start: list[str] = field(default_factory=list)
+    # Ephemeral containers not started yet (upstream: started once, never restarted).
+    ephemeral_containers_to_start: list[str] = field(default_factory=list)
     containers_to_kill: dict[str, ContainerToKill] = field(default_factory=dict)  # runtime id → info
     backoff: dict[str, str] = field(default_factory=dict)  # container name → CrashLoopBackOff message
     init_failed: bool = False
@@ -95,6 +97,7 @@ class PodActions:
             or self.create_sandbox
             or self.init_containers_to_start
             or self.containers_to_start
+            or self.ephemeral_containers_to_start
             or self.containers_to_kill
         )
 
@@ -335,6 +338,9 @@ class _Planner:
                     self.start(c, init=False)
                 continue
             keep += 1
+        for ec in spec.get("ephemeralContainers") or []:
+            if status.find_container(ec.get("name", "")) is None:
+                a.ephemeral_containers_to_start.append(ec.get("name", ""))
         if keep == 0 and not a.containers_to_start and not a.backoff:
             # Nothing to keep, nothing to start: kill the whole pod (sidecars go with it).
             a.kill_pod = True

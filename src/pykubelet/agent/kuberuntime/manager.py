@@ -45,7 +45,7 @@ from pykubelet.agent.container import runtime as t
 from pykubelet.agent.container.grace import DEFAULT_POD_GRACE, pod_termination_grace
 from pykubelet.agent.images.manager import ImageManager
 from pykubelet.agent.interfaces import ContainerRuntime, EventRecorder, LifecycleHookRunner
-from pykubelet.agent.kuberuntime import criconfig, etchosts, security
+from pykubelet.agent.kuberuntime import criconfig, ephemeral, etchosts, security
 from pykubelet.agent.kuberuntime.actions import (
     PodActions,
     ProbeKillFunc,
@@ -376,7 +376,8 @@ class RuntimeManager:
             self._set_reason(pod, name, "CrashLoopBackOff", msg)
             self.recorder.event(pod, "Warning", "BackOff",
                                 f"Back-off restarting failed container {name} in pod {format_pod(pod)}")
-        if not actions.create_sandbox and not actions.init_containers_to_start and not actions.containers_to_start:
+        if not actions.create_sandbox and not actions.init_containers_to_start and not actions.containers_to_start \
+                and not actions.ephemeral_containers_to_start:
             return result
         sandbox_id = actions.sandbox_id
         try:
@@ -433,6 +434,10 @@ class RuntimeManager:
                 result.started.append(name)
             else:
                 result.error = result.error or f"container {name} failed to start"
+        ephemerals = {c.get("name"): c for c in spec.get("ephemeralContainers") or []}
+        for name in actions.ephemeral_containers_to_start:  # after the app containers, as upstream
+            if await self._start_container(pod, ephemerals[name], sandbox_id, sb_config, pod_ips, status, "ephemeral"):
+                result.started.append(name)
         return result
 
     async def _start_container(
@@ -466,6 +471,8 @@ class RuntimeManager:
             )
             if self.container_resources is not None:
                 self.container_resources(pod, container, config.linux.resources)
+            if kind == "ephemeral" and container.get("targetContainerName"):
+                ephemeral.share_target_pid(config, container["targetContainerName"], status)
             if self.mounts is not None:
                 config.mounts.extend(await self.mounts(pod, container, {kv.key: kv.value for kv in config.envs}))
             hosts = await self._etc_hosts_mount(pod, container, pod_ips)

@@ -294,6 +294,11 @@ def generate_api_status(
     }
     if inits:
         status["initContainerStatuses"] = init_statuses
+    if spec.get("ephemeralContainers"):
+        status["ephemeralContainerStatuses"] = [
+            {k: v for k, v in s.items() if k not in ("ready", "started")} | {"ready": False}
+            for s in container_statuses(pod, spec["ephemeralContainers"], runtime, reasons, "ContainerCreating",
+                                        init=False, probes={})]
     if qos_class:
         status["qosClass"] = qos_class
     hips = list(host_ips or [])
