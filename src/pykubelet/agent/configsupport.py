@@ -152,7 +152,7 @@ TABLE: dict[str, FieldSupport] = {
     "allowedUnsafeSysctls": _s(),
     "volumePluginDir": _n("no FlexVolume plugins"),
     "providerID": _s(),
-    "kernelMemcgNotification": _n(),
+    "kernelMemcgNotification": _s("memory threshold events on cgroup v1; polling on v2"),
     "logging": _n("the agent logs as text; use -v for verbosity"),
     "enableSystemLogHandler": _n(),
     "enableSystemLogQuery": _n(),

@@ -198,7 +198,7 @@ class Kubelet:
         self._machine: machine.MachineInfo | None = None
         self.admission.append(PredicateAdmitHandler(self.node_for_admission))
         self.eviction = EvictionManager(
-            eviction_config(cfg, eviction_monitoring_period), read_signals=self._read_signals,
+            eviction_config(cfg, eviction_monitoring_period, Path(cgroup_mount) / "memory"), read_signals=self._read_signals,
             summary=StatsProvider(runtime=runtime, node_name=self.node_name, root_dir=str(self.root_dir)),
             active_pods=self._pods_for_eviction, evictor=self, recorder=recorder,
             reclaimers=[self.container_gc, self.image_gc], allocatable_memory=self._allocatable_memory)

@@ -95,7 +95,8 @@ def test_memory_hog_is_evicted_not_the_guaranteed_pod_and_qos_cgroups_have_upstr
 
     async def check(k: Kubelet, add: Callable[..., Awaitable[None]], status: Status) -> None:
         cm = k.cgroups
-        print(f"\ncgroup {cm.version.value if cm.version else 'none'}, driver {cm.driver.value}")
+        print(f"\ncgroup {cm.version.value if cm.version else 'none'}, driver {cm.driver.value}, "
+              f"memory notifications {'on' if k.eviction.notifier else 'off (polling)'}")
         # node-side admission: too much cpu, an untolerated NoExecute taint
         greedy = api_pod("greedy", busybox("c", "sleep 1", requests={"cpu": "1000"}))
         await add(greedy)
@@ -142,7 +143,8 @@ def test_memory_hog_is_evicted_not_the_guaranteed_pod_and_qos_cgroups_have_upstr
         await eventually(lambda: (k.pressure_conditions() or {}).get("MemoryPressure") is False, timeout=30)
 
     # memory only (evictionHard replaces the defaults): the disk the test runs on is none of its business
-    asyncio.run(run_engine(containerd, tmp_path / "root", tmp_path, {"evictionHard": {"memory.available": "1Mi"}},
+    asyncio.run(run_engine(containerd, tmp_path / "root", tmp_path, {"evictionHard": {"memory.available": "1Mi"},
+                                                                  "kernelMemcgNotification": True},
                            check))
 
 

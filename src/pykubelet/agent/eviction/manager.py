@@ -1,7 +1,9 @@
 """The eviction manager: node self-protection under resource pressure (upstream
 ``pkg/kubelet/eviction/eviction_manager.go``).
 
-Every ``monitoring_period`` (upstream ``evictionMonitoringPeriod``, 10 s) one ``synchronize`` pass:
+Every ``monitoring_period`` (upstream ``evictionMonitoringPeriod``, 10 s) — and at once when a cgroup
+v1 memory threshold notification fires (``kernelMemcgNotification``, see ``memcg``) — one
+``synchronize`` pass:
 
 1. observe the signals (node memory / filesystems / pids from the injected reader, pod usage from
    the stats summary; ``allocatableMemory.available`` = allocatable memory - the pods' working sets);
@@ -25,10 +27,12 @@ for a soft one; the manager records the ``Evicted`` event. All I/O is in ``obser
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from pykubelet.agent.config import ConfigError, KubeletConfiguration
@@ -39,11 +43,12 @@ from pykubelet.agent.interfaces import (
     PodAdmitResult,
 )
 from pykubelet.common import podutil
-from pykubelet.common.aio import cancel_and_wait, run_every
+from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.tolerations import tolerations_tolerate_taint
 
 from . import ranking
 from . import thresholds as th
+from .memcg import MemcgThresholdNotifier
 from .ranking import PodUsage
 from .thresholds import Observation, Signal, Threshold
 
@@ -83,9 +88,12 @@ class EvictionConfig:
     max_pod_grace_period: int = 0
     monitoring_period: float = 10.0
     local_storage_isolation: bool = True
+    memcg_notification: bool = False  # kernelMemcgNotification
+    memcg_dir: Path | None = None  # the v1 root memory cgroup notifications are armed on
 
 
-def eviction_config(cfg: KubeletConfiguration, monitoring_period: float = 10.0) -> EvictionConfig:
+def eviction_config(cfg: KubeletConfiguration, monitoring_period: float = 10.0,
+                    memcg_dir: Path | None = None) -> EvictionConfig:
     """The eviction settings of a KubeletConfiguration; a ``ConfigError`` naming a bad setting."""
     try:
         thresholds = th.parse_thresholds(cfg.eviction_hard, cfg.eviction_soft, cfg.eviction_soft_grace_period,
@@ -95,7 +103,8 @@ def eviction_config(cfg: KubeletConfiguration, monitoring_period: float = 10.0) 
     return EvictionConfig(thresholds, pressure_transition_period=cfg.eviction_pressure_transition_period,
                           max_pod_grace_period=cfg.eviction_max_pod_grace_period,
                           monitoring_period=monitoring_period,
-                          local_storage_isolation=cfg.local_storage_capacity_isolation)
+                          local_storage_isolation=cfg.local_storage_capacity_isolation,
+                          memcg_notification=cfg.kernel_memcg_notification, memcg_dir=memcg_dir)
 
 
 @dataclass(frozen=True)
@@ -138,18 +147,55 @@ class EvictionManager:
         self.observed_once = False
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self.notifier: MemcgThresholdNotifier | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        if self._task is None:
-            self._task = run_every(self._tick, self.config.monitoring_period, name="eviction-manager", log=log)
+        if self._task is not None:
+            return
+        cfg = self.config
+        if cfg.memcg_notification and cfg.memcg_dir is not None and self._memory_threshold() is not None:
+            self.notifier = MemcgThresholdNotifier.create(cfg.memcg_dir, asyncio.get_running_loop(), self._wake.set)
+            if self.notifier is None:
+                log.info("kernelMemcgNotification: no cgroup v1 memory threshold events here; polling every %.0fs",
+                         cfg.monitoring_period)
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="eviction-manager")
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
+        if self.notifier is not None:
+            self.notifier.close()
+            self.notifier = None
 
-    async def _tick(self) -> None:
-        await self.synchronize()
+    async def _run(self) -> None:
+        """A pass every monitoring period, or at once when a memory threshold notification fires."""
+        while True:
+            self._wake.clear()
+            try:
+                await self.synchronize()
+                await self._arm_notifier()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("eviction manager pass failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.config.monitoring_period)
+
+    def _memory_threshold(self) -> Threshold | None:
+        mem = [t for t in self.config.thresholds if t.signal is Signal.MEMORY_AVAILABLE]
+        return mem[0] if mem else None
+
+    async def _arm_notifier(self) -> None:
+        """Re-arm on the memory.available threshold crossed first (the largest value)."""
+        obs = self.observations.get(Signal.MEMORY_AVAILABLE)
+        if self.notifier is None or obs is None or not obs.capacity:
+            return
+        values = [v for t in self.config.thresholds if t.signal is Signal.MEMORY_AVAILABLE
+                  and (v := t.value(obs.capacity)) is not None]
+        if values:
+            await asyncio.to_thread(self.notifier.arm, obs.capacity, int(max(values)))
 
     # ------------------------------------------------------------------ what others read
     def pressure_conditions(self) -> dict[str, bool] | None:
