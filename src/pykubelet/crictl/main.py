@@ -9,7 +9,8 @@ logs`` and ``crictl rmi --prune``. This is the common part of it, with crictl's 
 ``--no-trunc``, ``-o``), ``inspect``/``inspectp`` (verbose status as JSON), ``logs`` (``-f``,
 ``--tail``, ``--timestamps``: read from the CRI log file like crictl does), ``exec`` (ExecSync:
 ``-i``/``-t`` streams are not supported), ``stats`` (CPU % from two samples a second apart when the
-runtime gives no nano-core rate) and ``rmi`` (``--prune``: every image no container uses; ``-a``).
+runtime gives no nano-core rate) and ``rmi`` (``--prune``: every image no container uses, except
+pinned ones and the runtime's sandbox image; ``-a``).
 
 The endpoint is ``--runtime-endpoint``/``-r``, else ``CONTAINER_RUNTIME_ENDPOINT``, else the private
 containerd of ``pykubelet up`` in ``--data-dir`` (default ``./.pykubelet``), else the agent's own
@@ -136,7 +137,7 @@ def _labels(items: Sequence[str]) -> dict[str, str]:
 
 
 def _dump(msg: Any, output: str) -> str:
-    data = json_format.MessageToDict(msg, preserving_proto_field_name=False)
+    data = json_format.MessageToDict(msg, always_print_fields_with_no_presence=True)
     if output == "yaml":
         return yaml.safe_dump(data, sort_keys=False).rstrip()
     return json.dumps(data, indent=2)
@@ -266,7 +267,7 @@ class Crictl:
                 resp: Any = await self.rt.pod_sandbox_status(await self._resolve_pod(id_), verbose=True)
             else:
                 resp = await self.rt.container_status(await self._resolve_container(id_), verbose=True)
-            data = json_format.MessageToDict(resp.status)
+            data = json_format.MessageToDict(resp.status, always_print_fields_with_no_presence=True)
             doc: dict[str, Any] = {"status": data}
             for k, v in resp.info.items():
                 try:
@@ -388,6 +389,14 @@ class Crictl:
         self.out(fmt.table(["CONTAINER", "NAME", "CPU %", "MEM", "DISK", "INODES"], rows))
         return 0
 
+    async def _sandbox_image(self) -> str:
+        """containerd names its sandbox (pause) image in verbose Status; pruning it would break new pods."""
+        try:
+            info = (await self.rt.status(verbose=True)).info.get("config", "")
+            return str(json.loads(info).get("sandboxImage") or "") if info else ""
+        except (CRIError, ValueError, AttributeError):
+            return ""
+
     async def rmi(self, a: argparse.Namespace) -> int:
         targets: list[str] = list(a.images)
         if a.prune or a.all:
@@ -395,11 +404,14 @@ class Crictl:
             if a.prune:
                 for c in await self.rt.list_containers():
                     used.update({c.image_ref, c.image.image})
+                used.add(await self._sandbox_image())
             for i in await self.img.list_images():
-                if i.id in used or any(r in used for r in (*i.repo_tags, *i.repo_digests)):
+                if i.pinned or i.id in used or any(r in used for r in (*i.repo_tags, *i.repo_digests)):
                     continue
                 targets.append(i.id)
         if not targets:
+            if a.prune or a.all:
+                return 0  # nothing unused
             raise ValueError("rmi: no image given (crictl rmi IMAGE..., --prune or --all)")
         rc = 0
         for t in dict.fromkeys(targets):
@@ -476,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     except CRIError as e:
         print(f"crictl: {e.details or e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `pykubelet crictl logs ID | head`
+        return 0
     except (ValueError, KeyError, OSError) as e:
         print(f"crictl: {e}", file=sys.stderr)
         return 1
