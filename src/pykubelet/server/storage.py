@@ -107,6 +107,14 @@ class WatchEvent:
     rv: int
     obj: Obj
     old: Obj | None = None
+    _encoded: bytes | None = field(default=None, repr=False)
+
+    def encoded(self) -> bytes:
+        """``obj`` as compact JSON, encoded once however many watchers receive the event."""
+        if self._encoded is None:  # a cache, not state: set once on the frozen event
+            object.__setattr__(self, "_encoded", json.dumps(self.obj, separators=(",", ":")).encode())
+        assert self._encoded is not None
+        return self._encoded
 
 
 @dataclass(eq=False)
@@ -130,6 +138,9 @@ class Storage:
         self.stale: dict[str, int] = {}  # per resource: rows a non-first provider decoded at open
         self._db: sqlite3.Connection | None = None
         self._objects: dict[str, dict[tuple[str, str], Obj]] = collections.defaultdict(dict)
+        # compact JSON of stored objects, made once per revision (on write, or on first read after a
+        # load) and reused by lists and watches, like upstream's watch cache serving from memory
+        self._encoded: dict[str, dict[tuple[str, str], bytes]] = collections.defaultdict(dict)
         self._history: collections.deque[WatchEvent] = collections.deque(maxlen=history)
         self._watchers: dict[str, set[Watcher]] = collections.defaultdict(set)
         self.revision = 0
@@ -187,6 +198,7 @@ class Storage:
 
     def _encode(self, resource: str, ns: str, name: str, obj: Obj) -> str | bytes:
         text = json.dumps(obj, separators=(",", ":"))
+        self._encoded[resource][(ns, name)] = text.encode()
         if self._transformer is None:
             return text
         out = self._transformer.to_storage(resource, ns, name, text.encode())
@@ -216,6 +228,17 @@ class Storage:
         items = self._objects[resource]
         keys = sorted(k for k in items if namespace is None or k[0] == namespace)
         return [copy.deepcopy(items[k]) for k in keys]
+
+    def encoded(self, resource: str, namespace: str, name: str) -> bytes | None:
+        """The stored object as compact JSON (``None`` when absent); callers must not mutate."""
+        obj = self._objects[resource].get((namespace, name))
+        if obj is None:
+            return None
+        cache = self._encoded[resource]
+        data = cache.get((namespace, name))
+        if data is None:
+            data = cache[(namespace, name)] = json.dumps(obj, separators=(",", ":")).encode()
+        return data
 
     def iter_raw(self, resource: str, namespace: str | None = None) -> Iterator[tuple[tuple[str, str], Obj]]:
         """Sorted (key, stored object) pairs without copying; callers must not mutate."""
@@ -299,6 +322,7 @@ class Storage:
         obj["metadata"]["resourceVersion"] = str(rv)
         self._persist(resource, namespace, name, None)
         del items[(namespace, name)]
+        self._encoded[resource].pop((namespace, name), None)
         self._emit(WatchEvent("DELETED", resource, namespace, name, rv, obj, old))
         return copy.deepcopy(obj)
 
@@ -320,7 +344,9 @@ class Storage:
         if since is None:
             for (ns, name), obj in self.iter_raw(resource, namespace):
                 rv = int(obj["metadata"].get("resourceVersion", "0") or 0)
-                w.queue.put_nowait(WatchEvent("ADDED", resource, ns, name, rv, copy.deepcopy(obj)))
+                # stored objects are replaced, never changed in place, so the event may share them
+                w.queue.put_nowait(WatchEvent("ADDED", resource, ns, name, rv, obj,
+                                              _encoded=self.encoded(resource, ns, name)))
         else:
             if since < self._floor:
                 raise expired(f"too old resource version: {since} ({self._floor})")
