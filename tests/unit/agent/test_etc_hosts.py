@@ -44,5 +44,6 @@ def test_file_is_written_once(tmp_path: Path) -> None:
 def test_not_mounted_without_ip_or_over_a_user_mount() -> None:
     assert not etchosts.needs_hosts_mount(container("c"), [])
     assert etchosts.needs_hosts_mount(container("c"), ["198.18.0.5"])
+    assert etchosts.needs_hosts_mount(container("c"), [], host_network=True)  # the node's file, IP or not
     own = container("c", volumeMounts=[{"name": "h", "mountPath": "/etc/hosts"}])
     assert not etchosts.needs_hosts_mount(own, ["198.18.0.5"])

@@ -115,9 +115,10 @@ def hosts_content(pod: JSON, pod_ips: list[str], cluster_domain: str, node_hosts
     return managed_hosts_content(pod_ips, hostname, domain, aliases)
 
 
-def needs_hosts_mount(container: JSON, pod_ips: list[str]) -> bool:
-    """Upstream ``makeMounts``: only once the pod has an IP, and not over the container's own mount."""
-    if not pod_ips:
+def needs_hosts_mount(container: JSON, pod_ips: list[str], *, host_network: bool = False) -> bool:
+    """Upstream ``makeMounts``: only once the pod has an IP (a hostNetwork pod always has the node's),
+    and not over the container's own mount."""
+    if not pod_ips and not host_network:
         return False
     return not any(isinstance(m, dict) and m.get("mountPath") == ETC_HOSTS_PATH
                    for m in container.get("volumeMounts") or [])

@@ -46,6 +46,7 @@ from pykubelet.agent.container.grace import DEFAULT_POD_GRACE, pod_termination_g
 from pykubelet.agent.images.manager import ImageManager
 from pykubelet.agent.interfaces import ContainerRuntime, EventRecorder, LifecycleHookRunner
 from pykubelet.agent.kuberuntime import criconfig, ephemeral, etchosts, security
+from pykubelet.agent.kuberuntime import dns as poddns
 from pykubelet.agent.kuberuntime.actions import (
     PodActions,
     ProbeKillFunc,
@@ -389,6 +390,9 @@ class RuntimeManager:
             return result
         pod_ips = status.ips
         if actions.create_sandbox:
+            if (w := poddns.pod_dns(pod, cluster_dns=self.cluster_dns or [], cluster_domain=self.cluster_domain,
+                                    host_resolv="").warning):
+                self.recorder.event(pod, "Warning", "MissingClusterDNS", w)
             try:
                 os.makedirs(sb_config.log_directory, exist_ok=True)
             except OSError as e:
@@ -569,7 +573,8 @@ class RuntimeManager:
 
     async def _etc_hosts_mount(self, pod: Pod, container: JSONObj, pod_ips: list[str]) -> pb.Mount | None:
         """Upstream makeMounts' /etc/hosts: the kubelet-managed hosts file of the pod (etchosts)."""
-        if not self.pods_dir or not etchosts.needs_hosts_mount(container, pod_ips):
+        host_network = bool((pod.get("spec") or {}).get("hostNetwork"))
+        if not self.pods_dir or not etchosts.needs_hosts_mount(container, pod_ips, host_network=host_network):
             return None
         pod_dir = os.path.join(self.pods_dir, str(pod["metadata"]["uid"]))
         path = await asyncio.to_thread(etchosts.ensure_hosts_file, pod_dir, pod, pod_ips, self.cluster_domain)
