@@ -6,13 +6,15 @@ async ``lookup(kind, namespace, name) -> dict | None``:
 - ``sandbox_config``: metadata (name/namespace/uid/attempt), hostname, log directory
   ``<podLogsDir>/<ns>_<name>_<uid>``, DNS (ClusterFirst with cluster DNS, else the host resolv.conf,
   None → only dnsConfig), host port mappings, architecture.md labels, pod annotations, cgroup parent,
-  namespace options (hostNetwork/hostPID/hostIPC) and sysctls.
+  the sandbox security context (``security.sandbox_security``: namespaces, privileged, seccomp, user
+  namespace), sysctls (dot-separated) and the RuntimeClass overhead; the hostname (FQDN with
+  ``setHostnameAsFQDN``, none for hostNetwork) comes from ``etchosts``.
 - ``container_config``: image, command/args with ``$(VAR)`` expansion (``$$`` escapes), env (envFrom,
   value, fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef), working dir, log path
   ``<name>/<restartCount>.log``, labels/annotations (hash, restartCount, termination message, grace),
   Linux resources (cpu shares from requests, CFS quota from limits, memory limit, oom_score_adj by
-  QoS as upstream GetContainerOOMScoreAdjust) and the security context basics (the pod's fsGroup is a
-  supplemental group of every container, as upstream).
+  QoS as upstream GetContainerOOMScoreAdjust) and the container's security context
+  (``security.container_security``; runAsNonRoot verified against the image's user when it is known).
 - ``envFrom``: every ``data`` key of the ConfigMap/Secret, prefixed; keys that are not valid variable
   names are skipped and reported through the optional ``warn(reason, message)`` callback as upstream's
   ``InvalidEnvironmentVariableNames`` Warning event.
