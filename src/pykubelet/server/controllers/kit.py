@@ -24,7 +24,8 @@ Pieces (all asyncio, one loop, no threads):
 - :class:`Expectations` — upstream ``ControllerExpectations``: after issuing N creates/deletes a
   controller waits until its informer has observed them (or a TTL passed) before it counts pods
   again, so it does not create the same replicas twice while the watch catches up.
-- :class:`EventRecorder` — best-effort core/v1 Events with upstream's aggregation of repeats.
+- :class:`EventRecorder` — best-effort core/v1 Events with upstream's aggregation of repeats,
+  written by a background task so recording never delays a reconcile (upstream's broadcaster).
 - :class:`Controller` — the runner: informers + queue + ``workers`` coroutines calling
   ``reconcile(key)``.  An exception re-queues the key rate-limited (logged); success ``forget``s
   it; ``reconcile`` may return seconds after which the key is looked at again (``AddAfter``).
@@ -378,18 +379,49 @@ class Expectations:
 
 
 class EventRecorder:
-    """Best-effort core/v1 Events from ``component``; repeats bump ``count`` as upstream's."""
+    """Best-effort core/v1 Events from ``component``; repeats bump ``count`` as upstream's.
+
+    Like upstream's broadcaster, recording never blocks the controller: ``event`` queues the event
+    and returns; one sender task (started on first use, stopped by ``close``) writes them in order.
+    A full queue (1000, upstream's size) drops events with a log line.
+    """
 
     def __init__(self, api: Api, component: str) -> None:
         self.api = api
         self.component = component
         self._last: dict[tuple[str, str, str], tuple[str, int]] = {}
+        self._pending: asyncio.Queue[tuple[Obj, str, str, str, str]] = asyncio.Queue(maxsize=1000)
+        self._sender: asyncio.Task[None] | None = None
 
     async def event(self, obj: Obj, etype: str, reason: str, message: str) -> None:
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send_loop(), name=f"events:{self.component}")
+        try:
+            self._pending.put_nowait((obj, etype, reason, message, now_rfc3339()))
+        except asyncio.QueueFull:
+            log.warning("%s: event queue full, dropping %s %s", self.component, reason, message)
+
+    async def flush(self) -> None:
+        """Wait until every queued event was written (tests)."""
+        await self._pending.join()
+
+    async def close(self) -> None:
+        if self._sender is not None:
+            self._sender.cancel()
+            await asyncio.gather(self._sender, return_exceptions=True)
+
+    async def _send_loop(self) -> None:
+        while True:
+            item = await self._pending.get()
+            try:
+                await self._write(*item)
+            finally:
+                self._pending.task_done()
+
+    async def _write(self, obj: Obj, etype: str, reason: str, message: str, now: str) -> None:
         meta = obj.get("metadata") or {}
         ns = meta.get("namespace") or "default"
         ident = (str(meta.get("uid", "")), reason, message)
-        now = now_rfc3339()
         try:
             prev = self._last.get(ident)
             if prev is not None:
@@ -495,3 +527,4 @@ class Controller:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self.recorder.close()
