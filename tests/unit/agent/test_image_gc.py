@@ -153,3 +153,16 @@ async def test_reclaim_for_disk_pressure_removes_every_unused_image_and_returns_
     assert await node.gc.reclaim("memory.available") == 0
     assert await node.gc.reclaim("imagefs.available") == 7 * MB
     assert node.tags() == {PAUSE, "docker.io/library/run:1"}
+
+
+async def test_a_runtime_whose_image_filesystem_is_not_on_this_host_skips_the_space_rule() -> None:
+    node = Node()
+
+    def missing(mount: str) -> tuple[int, int]:
+        raise FileNotFoundError(mount)
+
+    node.gc.fs_stats = missing
+    node.add("docker.io/library/a:1", 99 * MB)
+    await node.gc.run_once()
+    await node.gc.run_once()
+    assert "docker.io/library/a:1" in node.tags() and node.events.events == []

@@ -150,6 +150,7 @@ class ImageGCManager:
         self.records: dict[str, ImageRecord] = {}
         self.began = clock()
         self._prev_failed = False
+        self._warned_mount = False
 
     # ---------------------------------------------------------------- detection
     async def _sandbox_image(self) -> str:
@@ -223,19 +224,31 @@ class ImageGCManager:
             left.append(c)
         return left
 
-    async def _image_fs(self) -> tuple[int, int]:
+    async def _image_fs(self) -> tuple[int, int] | None:
+        """(capacity, available) of the image filesystem; None when its mount point is not on this host
+        (a fake runtime's made-up path): the space rule is then skipped, said once in the log."""
         resp: pb.ImageFsInfoResponse = await self.runtime.image_fs_info()
         if not resp.image_filesystems:
             raise ImageGCError("the runtime reported no image filesystem")
         mount = resp.image_filesystems[0].fs_id.mountpoint
-        return await asyncio.to_thread(self.fs_stats, mount)
+        try:
+            return await asyncio.to_thread(self.fs_stats, mount)
+        except FileNotFoundError:
+            if not self._warned_mount:
+                log.warning("image GC: the runtime's image filesystem %s is not on this host; "
+                            "only imageMaximumGCAge applies", mount)
+                self._warned_mount = True
+            return None
 
     async def garbage_collect(self) -> int:
         """One pass; returns the bytes freed for space. Raises ImageGCError when it cannot free enough."""
         now = self.clock()
         in_use = await self.detect(now)
         candidates = await self._free_old(eviction_order(self.records, in_use), now)
-        capacity, available = await self._image_fs()
+        fs = await self._image_fs()
+        if fs is None:
+            return 0
+        capacity, available = fs
         if capacity == 0:
             msg = "invalid capacity 0 on image filesystem"
             self.recorder.event(self.node_ref(), "Warning", "InvalidDiskCapacity", msg)
