@@ -404,6 +404,31 @@ def _condition(typ: str, status: str, reason: str, message: str, now: str, old: 
     return {"type": typ, "status": status, "lastTransitionTime": since, "reason": reason, "message": message}
 
 
+# ------------------------------------------------------------------ published schemas
+# (group, version, plural) -> OpenAPI v3 component of a served custom resource, process-wide like
+# the resource registry it accompanies; discovery.openapi_gv publishes it (kubectl explain).
+_OPENAPI: dict[tuple[str, str, str], tuple[str, Obj]] = {}
+
+
+def openapi_schema(ri: ResourceInfo) -> tuple[str, Obj] | None:
+    """(component name, schema tagged with its GVK) of a served custom resource, as upstream's
+    CRD OpenAPI builder names it (reversed group, version, kind)."""
+    return _OPENAPI.get((ri.group, ri.version, ri.resource))
+
+
+def _published(ri: ResourceInfo, schema: Obj | None) -> tuple[str, Obj]:
+    out = copy.deepcopy(schema) if schema else {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    props = out.setdefault("properties", {})
+    props.setdefault("apiVersion", {"type": "string", "description": "APIVersion defines the versioned schema "
+                                    "of this representation of an object."})
+    props.setdefault("kind", {"type": "string", "description": "Kind is a string value representing the REST "
+                              "resource this object represents."})
+    props.setdefault("metadata", {"type": "object", "description": "Standard object's metadata."})
+    out["x-kubernetes-group-version-kind"] = [{"group": ri.group, "kind": ri.kind, "version": ri.version}]
+    name = ".".join(reversed(ri.group.split("."))) + f".{ri.version}.{ri.kind}"
+    return name, out
+
+
 # ------------------------------------------------------------------ served versions
 @dataclass
 class ServedVersion:
@@ -530,6 +555,7 @@ class CustomResources:
                                "status" in subs_spec)
             served.append(sv)
             self._by_gvr[(group, ri.version, ri.resource)] = sv
+            _OPENAPI[(group, ri.version, ri.resource)] = _published(ri, sv.schema)
             resources.add_resource(ri)
         self._by_crd[name] = served
 
@@ -538,6 +564,7 @@ class CustomResources:
         out = None
         for sv in self._by_crd.pop(name, []):
             self._by_gvr.pop((sv.ri.group, sv.ri.version, sv.ri.resource), None)
+            _OPENAPI.pop((sv.ri.group, sv.ri.version, sv.ri.resource), None)
             resources.remove_resource(sv.ri.group, sv.ri.version, sv.ri.resource)
             out = sv.ri
         return out

@@ -21,6 +21,7 @@ import hashlib
 import json
 from typing import Any
 
+from pykubelet.server import crd
 from pykubelet.server import schema as schemamod
 from pykubelet.server.resources import RESOURCES, ResourceInfo, groups
 
@@ -149,6 +150,9 @@ def openapi_gv(g: str, v: str) -> dict[str, Any] | None:
         if model is not None:
             schemas.update(schemamod.openapi_schemas([model]))
         schema_ref = {"$ref": f"#/components/schemas/{schemamod.schema_name(model)}"} if model else {}
+        if model is None and (published := crd.openapi_schema(r)) is not None:  # custom resources
+            schemas[published[0]] = published[1]
+            schema_ref = {"$ref": f"#/components/schemas/{published[0]}"}
         ref = {"content": {"application/json": {"schema": schema_ref}}}
 
         def op(action: str, gvk: dict[str, str] = gvk, ref: dict[str, Any] = ref) -> dict[str, Any]:

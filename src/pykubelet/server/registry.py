@@ -337,6 +337,8 @@ class Registry:
         model = schema.root_model(group, kind)
         sv = self.crds.served_kind(group, version, kind) if model is None else None
         if model is None and sv is None:
+            if (group, kind) == (crd.GROUP, "CustomResourceDefinition"):
+                warnings.extend(crd.crd_warnings(obj))  # CEL rules are not evaluated: say so
             return obj
         try:
             decoded = schema.decode(obj, model) if model is not None else self.crds.decode(sv, obj)  # type: ignore[arg-type]

@@ -105,7 +105,7 @@ async def install_crd(kctl: Kubectl, tmp_path: Path) -> None:
 
 
 async def test_kubectl_applies_crd_and_custom_resources_without_validate_false(
-        kctl: Kubectl, api: Http, tmp_path: Path) -> None:
+        kctl: Kubectl, api: Http, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     await install_crd(kctl, tmp_path)
     (tmp_path / "ct.yaml").write_text(CT_YAML.format(name="every5", replicas=2))
     out = await kctl.ok("apply", "-f", str(tmp_path / "ct.yaml"))
@@ -124,6 +124,11 @@ async def test_kubectl_applies_crd_and_custom_resources_without_validate_false(
     await kctl.ok("scale", "crontab/every5", "--replicas=5")
     _st, obj = await api.req("GET", f"{CT_PATH}/every5")
     assert obj["spec"]["replicas"] == 5
+    assert "cronSpec" in await kctl.ok("explain", "crontab.spec")  # the CRD schema is published
+    monkeypatch.setenv("KUBE_EDITOR", "sed -i 's/replicas: 5/replicas: 4/'")  # run through bash -c
+    await kctl.ok("edit", "crontab/every5")
+    _st, obj = await api.req("GET", f"{CT_PATH}/every5")
+    assert obj["spec"]["replicas"] == 4
     await kctl.ok("delete", "crontab", "every5")
     st, _ = await api.req("GET", f"{CT_PATH}/every5")
     assert st == 404
@@ -344,3 +349,17 @@ async def test_kopf_operator_reconciles_a_custom_resource(tmp_path: Path) -> Non
                 proc.kill()
                 await proc.wait()
             await http.close()
+
+
+async def test_crd_with_cel_rules_is_accepted_with_a_warning(api: Http) -> None:
+    crd_obj = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "bars.example.com"},
+               "spec": {"group": "example.com", "scope": "Cluster", "names": {"plural": "bars", "kind": "Bar"},
+                        "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                            "type": "object", "x-kubernetes-validations": [{"rule": "self.spec.a > 0"}],
+                            "properties": {"spec": {"type": "object", "properties": {"a": {"type": "integer"}}}}}}}]}}
+    async with api.session.post(api.srv.url + CRD_PATH, json=crd_obj,
+                                headers={"Authorization": f"Bearer {api.token}"}) as r:
+        assert r.status == 201
+        warnings = r.headers.getall("Warning", [])
+    assert any("x-kubernetes-validations (CEL) rules are not evaluated" in w for w in warnings)
