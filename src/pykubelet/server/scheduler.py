@@ -4,6 +4,8 @@ Design: the decision part is pure (``filter_node``, ``score_node``, ``schedule``
 ``fit_error_message``) and operates on JSON dicts; ``Scheduler`` only does I/O: it keeps a cache of
 nodes and pods fed by list+watch, queues pods with empty ``spec.nodeName`` whose schedulerName
 is ``default-scheduler``, binds them via ``POST .../pods/{name}/binding`` and records events.
+Decisions are made one pod at a time; bindings run concurrently (up to ``MAX_CONCURRENT_BINDS``),
+as upstream's binding cycle runs apart from its scheduling cycle.
 Pods it has just bound are "assumed" in the cache (nodeName set locally) so that back-to-back
 decisions account for each other before the watch catches up, like upstream's scheduler cache.
 Unschedulable pods are retried when a node changes in a way that matters (labels, taints,
@@ -80,6 +82,7 @@ NO_NODES = "no nodes available to schedule pods"
 DEFAULT_MILLI_CPU = Decimal("0.1")
 DEFAULT_MEMORY = Decimal(200 * 1024 * 1024)
 RETRY_INTERVAL = 10.0
+MAX_CONCURRENT_BINDS = 16
 
 
 # What the VolumeBinding plugin watches (path -> namespaced)
@@ -380,6 +383,8 @@ class Scheduler:
         self.synced = asyncio.Event()
         self.volumes = VolumeState()
         self._waiting_volumes: set[str] = set()  # pods placed, waiting for their claims to bind
+        self._binding: set[asyncio.Task[None]] = set()  # binding cycles in flight
+        self._bind_slots = asyncio.Semaphore(MAX_CONCURRENT_BINDS)
 
     # cache maintenance -----------------------------------------------------------------------
 
@@ -499,13 +504,34 @@ class Scheduler:
             "metadata": {"name": name, "namespace": ns, **({"uid": meta["uid"]} if meta.get("uid") else {})},
             "target": {"apiVersion": "v1", "kind": "Node", "name": decision.node},
         }
-        await self.api.create(f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
+        # Assume, then bind asynchronously (upstream's binding cycle runs apart from the scheduling
+        # cycle): the next decision already counts this pod on its node, and a thousand pending
+        # pods are not bound one round trip after another.
         self._unschedulable.pop(key, None)
         self.pods[key] = {**pod, "spec": {**_spec(pod), "nodeName": decision.node}}
-        await self._record_event(
-            pod, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {decision.node}"
-        )
+        task = asyncio.get_running_loop().create_task(self._bind(pod, binding, decision.node))
+        self._binding.add(task)
+        task.add_done_callback(self._binding.discard)
         return decision
+
+    async def _bind(self, pod: Obj, binding: Obj, node: str) -> None:
+        key = self._key(pod)
+        meta = _meta(pod)
+        ns, name = meta.get("namespace", "default"), meta.get("name", "")
+        async with self._bind_slots:
+            try:
+                await self.api.create(f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # forget the assumption and try again, as upstream's unreserve
+                log.warning("binding %s to %s failed: %s", key, node, e)
+                current = self.pods.get(key)
+                if current is not None and _spec(current).get("nodeName") == node and not _spec(pod).get("nodeName"):
+                    self.pods[key] = pod
+                self._enqueue(key)
+                self._wake.set()
+                return
+            await self._record_event(pod, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {node}")
 
     async def _record_event(self, pod: Obj, etype: str, reason: str, message: str) -> None:
         meta = _meta(pod)
@@ -622,6 +648,6 @@ class Scheduler:
                 if self.synced.is_set():
                     await self.schedule_pending()
         finally:
-            for t in tasks:
+            for t in [*tasks, *self._binding]:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, *self._binding, return_exceptions=True)
