@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any, Protocol
 
-from pykubelet.server import limitrange, priority, quota, runtimeclass
+from pykubelet.server import limitrange, priority, quota, runtimeclass, tables
 from pykubelet.server.admission import AdmissionError
 from pykubelet.server.errors import StatusError
 from pykubelet.server.resources import BY_GVR, ResourceInfo
@@ -81,3 +82,49 @@ def admit_create(store: _Store, ri: ResourceInfo, ns: str, obj: Obj) -> None:
 def after_write(store: _Store, ri: ResourceInfo, ns: str) -> None:
     if ri.namespaced and ns:
         quota.sync(store, ns)
+
+
+# ------------------------------------------------------------------ kubectl get columns
+# Upstream's printers (pkg/printers/internalversion) for the kinds these plugins own, plus CRDs;
+# registered into tables.PRINTERS from here so tables.py stays untouched.
+def _name(o: Obj) -> str:
+    return str((o.get("metadata") or {}).get("name", ""))
+
+
+def _age(o: Obj, now: datetime) -> str:
+    return tables.since((o.get("metadata") or {}).get("creationTimestamp"), now)
+
+
+def _pc_row(o: Obj, now: datetime) -> tuple[list[Any], list[Obj] | None]:
+    return [_name(o), o.get("value", 0), bool(o.get("globalDefault")), _age(o, now),
+            o.get("preemptionPolicy", "")], None
+
+
+def _usage_text(o: Obj, limits: bool) -> str:
+    status = o.get("status") or {}
+    hard, used = status.get("hard") or {}, status.get("used") or {}
+    return ", ".join(f"{k}: {used.get(k, '0')}/{v}" for k, v in sorted(hard.items())
+                     if k.startswith("limits.") == limits)
+
+
+def _quota_row(o: Obj, now: datetime) -> tuple[list[Any], list[Obj] | None]:
+    return [_name(o), _age(o, now), _usage_text(o, False), _usage_text(o, True)], None
+
+
+def _created_row(o: Obj, now: datetime) -> tuple[list[Any], list[Obj] | None]:
+    return [_name(o), (o.get("metadata") or {}).get("creationTimestamp", "")], None
+
+
+_CREATED_AT = tables.col("Created At", "date", desc="CreationTimestamp is a timestamp representing the server "
+                         "time when this object was created.")
+tables.PRINTERS.setdefault("priorityclasses", (
+    [tables.NAME_COL, tables.col("Value", "integer", desc="value of this priority class."),
+     tables.col("Global-Default", "boolean", desc="globalDefault of this priority class."), tables.AGE_COL,
+     tables.col("PreemptionPolicy", desc="preemptionPolicy of this priority class.")], _pc_row))
+tables.PRINTERS.setdefault("resourcequotas", (
+    [tables.NAME_COL, tables.AGE_COL, tables.col("Request", desc="Request represents a minimum amount of cpu/memory "
+                                                 "that a container may consume."),
+     tables.col("Limit", desc="Limits control the maximum amount of cpu/memory that a container may use "
+                "independent of contention on the node.")], _quota_row))
+tables.PRINTERS.setdefault("limitranges", ([tables.NAME_COL, _CREATED_AT], _created_row))
+tables.PRINTERS.setdefault("customresourcedefinitions", ([tables.NAME_COL, _CREATED_AT], _created_row))

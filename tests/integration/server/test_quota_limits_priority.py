@@ -3,9 +3,12 @@ messages, and the quota status the server keeps."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from .conftest import Http
+from pykubelet.server.main import ServerHandle
+
+from .conftest import Http, Kubectl
 
 PODS = "/api/v1/namespaces/default/pods"
 PCS = "/apis/scheduling.k8s.io/v1/priorityclasses"
@@ -101,3 +104,18 @@ async def test_created_objects_carry_upstream_default_status(http33: Http) -> No
                                 "spec": {"accessModes": ["ReadWriteOnce"],
                                          "resources": {"requests": {"storage": "1Gi"}}}})
     assert st == 201 and pvc["status"] == {"phase": "Pending"}
+
+
+async def test_kubectl_get_prints_upstream_columns(http33: Http, server33: ServerHandle, tmp_path: Path) -> None:
+    kubectl = Kubectl(server33, tmp_path)
+    out = await kubectl.ok("get", "pc")
+    assert out.split("\n")[0].split() == ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]
+    assert "system-node-critical" in out and "2000001000" in out
+    q = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q"},
+         "spec": {"hard": {"pods": "5", "limits.cpu": "2"}}}
+    st, _ = await http33.req("POST", "/api/v1/namespaces/default/resourcequotas", q)
+    assert st == 201
+    out = await kubectl.ok("get", "quota")
+    header, row = out.splitlines()[:2]
+    assert header.split() == ["NAME", "AGE", "REQUEST", "LIMIT"]
+    assert "pods: 0/5" in row and "limits.cpu: 0/2" in row
