@@ -92,6 +92,14 @@ class EvictionConfig:
     memcg_dir: Path | None = None  # the v1 root memory cgroup notifications are armed on
 
 
+def eviction_grace(threshold: Threshold, pod: Pod, max_pod_grace_period: int) -> int:
+    """Hard: 0 (killed at once); soft: evictionMaxPodGracePeriod, or the pod's own grace when shorter."""
+    if threshold.hard:
+        return 0
+    own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return min(max_pod_grace_period, own) if isinstance(own, int) and own >= 0 else max_pod_grace_period
+
+
 def eviction_config(cfg: KubeletConfiguration, monitoring_period: float = 10.0,
                     memcg_dir: Path | None = None) -> EvictionConfig:
     """The eviction settings of a KubeletConfiguration; a ``ConfigError`` naming a bad setting."""
@@ -297,13 +305,12 @@ class EvictionManager:
             return EvictionResult(reclaimed=True, threshold=threshold)
         if usage is None:
             usage = await self.observe_usage()
-        grace = 0 if threshold.hard else cfg.max_pod_grace_period
         for pod in ranking.rank(threshold.signal, pods, usage):
             if ranking.is_critical(pod):
                 continue
             uid = str((pod.get("metadata") or {}).get("uid", ""))
             msg = ranking.eviction_message(threshold.signal, resource, pod, usage.get(uid), threshold, seen)
-            if await self._evict(pod, msg, grace):
+            if await self._evict(pod, msg, eviction_grace(threshold, pod, cfg.max_pod_grace_period)):
                 return EvictionResult((uid,), threshold=threshold)
         log.error("eviction manager: unable to evict any pod from the node")
         return EvictionResult(threshold=threshold)

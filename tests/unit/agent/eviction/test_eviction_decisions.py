@@ -200,3 +200,12 @@ async def test_synchronize_reads_the_signals_and_reports_no_condition_before_the
     assert m.pressure_conditions() is None
     await m.synchronize()
     assert (m.pressure_conditions() or {})["MemoryPressure"] is True
+
+
+async def test_soft_eviction_uses_the_pods_own_grace_period_when_shorter() -> None:
+    p = pod("p", terminationGracePeriodSeconds=3)
+    m, ev, clock, _ = manager([p], soft={"memory.available": "1Gi"}, grace={"memory.available": "1s"}, max_grace=30)
+    await m.decide_and_act(mem(500 * Mi), [p], {})
+    clock.advance(2)
+    await m.decide_and_act(mem(500 * Mi), [p], {})
+    assert [g for _, _, g in ev.evicted] == [3]
