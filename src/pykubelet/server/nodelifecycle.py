@@ -311,6 +311,7 @@ class NodeLifecycleController:
         self.nodes: dict[str, Obj] = {}
         self.leases: dict[str, Obj] = {}
         self.pods: dict[str, Obj] = {}
+        self._on_node: dict[str, set[str]] = {}  # node name -> keys of its pods (a pass is O(its pods))
         self._evicting: set[str] = set()
         self._synced: set[str] = set()
         self._last_pass: datetime | None = None
@@ -346,16 +347,30 @@ class NodeLifecycleController:
     def on_pod_event(self, etype: str, pod: Obj) -> None:
         m = _meta(pod)
         key = f"{m.get('namespace', '')}/{m.get('name', '')}"
+        old = self.pods.get(key)
+        old_node = _spec(old).get("nodeName") if old is not None else None
         if etype == "DELETED":
             self.pods.pop(key, None)
             self._evicting.discard(key)
             self._assigned.discard(key)
+            node_name = None
         else:
             node_name = _spec(pod).get("nodeName")
-            old = self.pods.get(key)
-            if node_name and (old is None or _spec(old).get("nodeName") != node_name):
+            if node_name and (old is None or old_node != node_name):
                 self._assigned.add(key)
             self.pods[key] = pod
+        if old_node != node_name:
+            if old_node:
+                keys = self._on_node.get(old_node)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._on_node[old_node]
+            if node_name:
+                self._on_node.setdefault(node_name, set()).add(key)
+
+    def _pods_on(self, node: str) -> list[tuple[str, Obj]]:
+        return [(k, self.pods[k]) for k in sorted(self._on_node.get(node, ())) if k in self.pods]
 
     # one monitoring pass -----------------------------------------------------------------------
 
@@ -423,9 +438,8 @@ class NodeLifecycleController:
             return
         log.info("node %s is not ready (Ready=%s); marking its pods not ready", name, ready)
         ok = True
-        for key, pod in list(self.pods.items()):
-            if _spec(pod).get("nodeName") == name:
-                ok = await self._mark_pod_not_ready(key, pod, now) and ok
+        for key, pod in self._pods_on(name):
+            ok = await self._mark_pod_not_ready(key, pod, now) and ok
         if ok:
             self._mark_retry.discard(name)
         else:
@@ -479,8 +493,10 @@ class NodeLifecycleController:
 
     async def _evict(self, name: str, node: Obj, now: datetime) -> None:
         taints = [t for t in _spec(node).get("taints") or [] if isinstance(t, dict)]
-        for key, pod in list(self.pods.items()):
-            if _spec(pod).get("nodeName") != name or key in self._evicting:
+        if not any(t.get("effect") == "NoExecute" for t in taints):
+            return  # only NoExecute taints evict
+        for key, pod in self._pods_on(name):
+            if key in self._evicting:
                 continue
             if _meta(pod).get("deletionTimestamp"):
                 continue
