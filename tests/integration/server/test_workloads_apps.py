@@ -429,3 +429,18 @@ async def test_statefulset_creates_pods_in_order_with_claims_and_rolls_from_the_
     async def scaled() -> bool:
         return sorted(p["metadata"]["name"] for p in await pods_of(api, "db")) == ["db-0", "db-1"]
     await eventually(scaled)
+
+
+async def test_a_rollout_without_progress_is_marked_progress_deadline_exceeded(api: ApiClient) -> None:
+    # no node: the pods never run, so the rollout cannot progress
+    await api.create(f"{APPS}/deployments", workload("Deployment", "stuck", 1, progressDeadlineSeconds=1))
+
+    async def exceeded() -> dict[str, Any] | None:
+        d = await api.get(f"{APPS}/deployments/stuck")
+        cond = next((c for c in (d.get("status") or {}).get("conditions") or [] if c["type"] == "Progressing"), None)
+        return cond if cond and cond["reason"] == "ProgressDeadlineExceeded" else None
+    cond = await eventually(exceeded)
+    assert cond["status"] == "False" and cond["message"].endswith("has timed out progressing.")
+    d = await api.get(f"{APPS}/deployments/stuck")
+    available = next(c for c in d["status"]["conditions"] if c["type"] == "Available")
+    assert available["status"] == "False" and available["reason"] == "MinimumReplicasUnavailable"
