@@ -231,6 +231,8 @@ class RuntimeManager:
         self.node_allocatable = {"cpu": Decimal(os.cpu_count() or 1), "memory": Decimal(self.memory_capacity)}
         self.runtime_type = "containerd"  # replaced by the runtime's own name in start()
         self.reasons: dict[str, dict[str, tuple[str, str]]] = {}  # uid → container → (reason, message)
+        # dead containers gc_pod keeps per name (--maximum-dead-containers-per-container; < 0: all, see gc.py)
+        self.dead_per_container = 1
 
     async def start(self) -> None:
         """Learn the runtime's name: container ids carry it as their scheme (``containerd://``,
@@ -702,7 +704,7 @@ class RuntimeManager:
             by_name.setdefault(c.name, []).append(c)
         for group in by_name.values():
             dead = [c for c in group if c.state == t.ContainerState.EXITED]
-            keep = dead[:1]
+            keep = dead if self.dead_per_container < 0 else dead[:max(1, self.dead_per_container)]
             for c in dead:
                 if c not in keep:
                     await self._remove_container(status, c)
