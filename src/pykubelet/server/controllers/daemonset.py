@@ -16,7 +16,9 @@ hash of the current ControllerRevision, :mod:`.history`) and ``pod-template-gene
 the oldest), failed pods (re-created on the next pass, as upstream) and pods on nodes that are no
 longer eligible or gone; ``RollingUpdate`` deletes pods of old revisions while at most
 ``maxUnavailable`` (of the desired number, rounded up) daemon pods are unavailable, unavailable old
-pods first (``OnDelete`` waits for the user to delete them); then writes status
+pods first, or with ``maxSurge`` starts the new pod beside the old one and deletes the old one
+once the new is available (``OnDelete`` waits for the user to delete them); the decisions are the
+pure function :func:`plan`; then writes status
 (desired/current/misscheduled/ready/available/unavailable/updated numbers, observedGeneration).
 Events ``SuccessfulCreate`` / ``SuccessfulDelete`` / ``FailedCreate`` as upstream.
 """
@@ -100,6 +102,79 @@ def node_of(pod: Obj) -> str:
             if f.get("key") == "metadata.name" and f.get("operator") == "In" and len(f.get("values") or []) == 1:
                 return str(f["values"][0])
     return ""
+
+
+def _hash(pod: Obj) -> str:
+    return str((pc.meta(pod).get("labels") or {}).get(history.REVISION_HASH) or "")
+
+
+def plan(ds: Obj, by_node: dict[str, list[Obj]], eligible: set[str], h: str,
+         now: datetime) -> tuple[list[str], list[Obj]]:
+    """Nodes to create a daemon pod on and pods to delete (``manage`` + ``rollingUpdate``).
+
+    Per eligible node: failed pods go (a new one comes next pass); no pod: create; more than one
+    pod of a revision: keep the oldest.  Nodes no longer eligible lose their pods.  RollingUpdate
+    with ``maxSurge`` 0 deletes old-revision pods while at most ``maxUnavailable`` nodes lack an
+    available daemon pod (unavailable old pods first, those cost nothing); with ``maxSurge`` > 0
+    it starts the new pod next to an available old one on up to ``maxSurge`` nodes at a time and
+    deletes the old pod once the new one is available (upstream's surge path).
+    """
+    min_ready = int(pc.spec(ds).get("minReadySeconds") or 0)
+    creates: list[str] = []
+    deletes: list[Obj] = []
+    live: dict[str, tuple[list[Obj], list[Obj]]] = {}  # node -> (new pods, old pods), oldest first
+    for name in sorted(eligible):
+        mine = sorted(by_node.get(name, []), key=lambda p: str(pc.meta(p).get("creationTimestamp") or ""))
+        failed = [p for p in mine if pc.status(p).get("phase") == "Failed"]
+        deletes += failed
+        mine = [p for p in mine if p not in failed]
+        new = [p for p in mine if _hash(p) == h]
+        old = [p for p in mine if _hash(p) != h]
+        deletes += new[1:] + old[1:]
+        live[name] = (new[:1], old[:1])
+        if not mine and not failed:
+            creates.append(name)
+    for name, ps in by_node.items():
+        if name not in eligible:
+            deletes += ps
+    st = pc.spec(ds).get("updateStrategy") or {}
+    if st.get("type", "RollingUpdate") != "RollingUpdate":
+        return creates, deletes
+    ru = st.get("rollingUpdate") or {}
+    n = len(eligible)
+    surge = int_or_percent(ru.get("maxSurge", 0), n, True)
+    max_unavailable = int_or_percent(ru.get("maxUnavailable", 1), n, True)
+
+    def available(p: Obj) -> bool:
+        return pc.is_pod_available(p, min_ready, now)
+
+    if surge > 0:
+        surging = sum(1 for new, old in live.values() if new and old)
+        for name, (new, old) in live.items():
+            if not old:
+                continue
+            if new:
+                if available(new[0]):
+                    deletes += old
+            elif not available(old[0]):
+                deletes += old
+            elif surging < surge:
+                creates.append(name)
+                surging += 1
+        return creates, deletes
+    if creates:
+        return creates, deletes
+    unavailable = sum(1 for new, old in live.values() if not any(available(p) for p in new + old))
+    budget = max(max_unavailable, 1) if eligible else 0
+    candidates = sorted(((name, old[0]) for name, (new, old) in live.items() if old and not new),
+                        key=lambda np: available(np[1]))  # unavailable first
+    for _, p in candidates:
+        if not available(p):
+            deletes.append(p)
+        elif unavailable < budget:
+            deletes.append(p)
+            unavailable += 1
+    return creates, deletes
 
 
 class DaemonSetController(Controller):
@@ -225,36 +300,7 @@ class DaemonSetController(Controller):
         eligible = {name for name, n in nodes.items() if should_run(ds, n)}
         now = datetime.now(UTC)
         min_ready = int(pc.spec(ds).get("minReadySeconds") or 0)
-        creates: list[str] = []
-        deletes: list[Obj] = []
-        for name in eligible:
-            mine = sorted(by_node.get(name, []), key=lambda p: str(pc.meta(p).get("creationTimestamp") or ""))
-            failed = [p for p in mine if pc.status(p).get("phase") == "Failed"]
-            deletes += failed
-            mine = [p for p in mine if p not in failed]
-            if not mine and not failed:
-                creates.append(name)
-            deletes += mine[1:]
-        for name, ps in by_node.items():
-            if name not in eligible:
-                deletes += ps
-        # rolling update: replace pods of old revisions within maxUnavailable
-        st = pc.spec(ds).get("updateStrategy") or {}
-        if st.get("type", "RollingUpdate") == "RollingUpdate" and not creates:
-            budget = int_or_percent((st.get("rollingUpdate") or {}).get("maxUnavailable", 1), len(eligible), True)
-            budget = max(budget, 1) if eligible else 0
-            unavailable = sum(1 for n in eligible if not any(
-                pc.is_pod_available(p, min_ready, now) for p in by_node.get(n, [])))
-            old = [(n, by_node[n][0]) for n in sorted(eligible) if by_node.get(n)
-                   and (pc.meta(by_node[n][0]).get("labels") or {}).get(history.REVISION_HASH) != h
-                   and by_node[n][0] not in deletes]
-            old.sort(key=lambda np: pc.is_pod_available(np[1], min_ready, now))  # unavailable first
-            for _, p in old:
-                if not pc.is_pod_available(p, min_ready, now):
-                    deletes.append(p)
-                elif unavailable < budget:
-                    deletes.append(p)
-                    unavailable += 1
+        creates, deletes = plan(ds, by_node, eligible, h, now)
         if self.expectations.satisfied(key) and (creates or deletes):
             self.expectations.expect(key, adds=len(creates), dels=len(deletes))
             results = await asyncio.gather(*(self._create(ds, n, h) for n in creates),

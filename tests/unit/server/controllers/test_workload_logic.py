@@ -146,3 +146,46 @@ def test_selector_is_immutable_and_scale_reports_it_as_a_string() -> None:
                for f, m in apps.validate_workload("deployments", new, old))
     sel = {"matchLabels": {"b": "1"}, "matchExpressions": [{"key": "a", "operator": "In", "values": ["y", "x"]}]}
     assert apps.selector_string(sel) == "a in (x,y),b=1"
+
+
+def _dpod(name: str, h: str, *, ready: bool = True, phase: str = "Running") -> Obj:
+    p = _pod(name, node_name="n", phase=phase, ready=ready)
+    p["metadata"]["labels"] = {"controller-revision-hash": h}
+    return p
+
+
+def _ds(**rolling: Any) -> Obj:
+    return {"spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": rolling}}}
+
+
+def test_daemonset_rolling_update_replaces_at_most_max_unavailable_nodes_at_a_time() -> None:
+    now = podcontrol.parse_time("2024-01-02T00:00:00Z")
+    assert now is not None
+    by_node = {f"n{i}": [_dpod(f"old{i}", "old")] for i in range(4)}
+    creates, deletes = daemonset.plan(_ds(maxUnavailable=1), by_node, set(by_node), "new", now)
+    assert creates == [] and len(deletes) == 1
+    # an unavailable old pod is replaced first; it already uses the budget of one
+    by_node["n3"] = [_dpod("old3", "old", ready=False)]
+    creates, deletes = daemonset.plan(_ds(maxUnavailable=1), by_node, set(by_node), "new", now)
+    assert _names(deletes) == ["old3"]
+
+
+def test_daemonset_surge_starts_the_new_pod_beside_the_old_one_then_removes_the_old() -> None:
+    now = podcontrol.parse_time("2024-01-02T00:00:00Z")
+    assert now is not None
+    by_node = {"n0": [_dpod("old0", "old")], "n1": [_dpod("old1", "old")]}
+    creates, deletes = daemonset.plan(_ds(maxSurge=1, maxUnavailable=0), by_node, set(by_node), "new", now)
+    assert len(creates) == 1 and deletes == []
+    by_node["n0"].append(_dpod("new0", "new", ready=False))
+    assert daemonset.plan(_ds(maxSurge=1, maxUnavailable=0), by_node, set(by_node), "new", now) == ([], [])
+    by_node["n0"][1] = _dpod("new0", "new")
+    creates, deletes = daemonset.plan(_ds(maxSurge=1, maxUnavailable=0), by_node, set(by_node), "new", now)
+    assert _names(deletes) == ["old0"] and creates == []  # n1 waits until n0 is done
+
+
+def test_daemonset_failed_pods_and_pods_on_ineligible_nodes_are_deleted() -> None:
+    now = podcontrol.parse_time("2024-01-02T00:00:00Z")
+    assert now is not None
+    by_node = {"n0": [_dpod("failed", "h", phase="Failed")], "gone": [_dpod("stray", "h")]}
+    creates, deletes = daemonset.plan({"spec": {}}, by_node, {"n0", "n1"}, "h", now)
+    assert creates == ["n1"] and sorted(_names(deletes)) == ["failed", "stray"]
