@@ -502,3 +502,76 @@ async def test_kubectl_top_prints_usage_from_the_kubelets(ghttp: Http, gkubectl:
     out = await gkubectl.ok("top", "pod")
     row = out.split("\n")[1].split()
     assert row[0] == "web-1" and row[1].endswith("m") and row[2] == "64Mi", out
+
+
+# ------------------------------------------------------------------ pod GC
+@pytest.fixture
+async def pgsrv(tmp_path: Path) -> AsyncIterator[ServerHandle]:
+    args = build_parser().parse_args(["--secure-port", "0", "--terminated-pod-gc-threshold", "1"])
+    opts = server_options(args)
+    opts["controller_kwargs"] = {**opts["controller_kwargs"], "podgc_period": 0.5, "podgc_quarantine": 0.5}
+    async with run_server(tmp_path / "data", **opts) as srv:
+        yield srv
+
+
+async def test_pod_gc_keeps_terminated_pods_under_the_threshold_and_cleans_up_deleted_nodes(
+        pgsrv: ServerHandle) -> None:
+    http = Http(pgsrv)
+    try:
+        for i in range(3):
+            code, obj = await http.req("POST", PODS, pod(f"done-{i}", uid=""))
+            assert code == 201, obj
+            await http.req("PATCH", f"{PODS}/done-{i}/status", {"status": {"phase": "Succeeded"}},
+                           content_type="application/merge-patch+json")
+            await asyncio.sleep(1.1)  # distinct creation timestamps (second resolution)
+
+        async def left() -> list[str] | None:
+            _c, lst = await http.req("GET", PODS)
+            names = sorted(p["metadata"]["name"] for p in lst["items"])
+            return names if len(names) == 1 else None
+
+        assert await eventually(left, "terminated pods over the threshold to go") == ["done-2"]
+        # a deleted node takes its pods and its Lease with it
+        code, n = await http.req("POST", "/api/v1/nodes", node("n9"))
+        assert code == 201, n
+        code, obj = await http.req("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", {
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "n9"},
+            "spec": {"holderIdentity": "n9", "leaseDurationSeconds": 40}})
+        assert code == 201, obj
+        await _ready_pod(http, "on-n9", node_name="n9")
+        code, _ = await http.req("DELETE", "/api/v1/nodes/n9")
+        assert code == 200
+        await eventually(lambda: _gone(http, f"{PODS}/on-n9"), "the pod of the deleted node to go")
+        await eventually(lambda: _gone(http, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n9"),
+                         "the deleted node's Lease to go")
+    finally:
+        await http.close()
+
+
+# ------------------------------------------------------------------ cascades through the workload controllers
+async def test_deleting_a_deployment_cascades_or_orphans_as_asked(ghttp: Http, gkubectl: Kubectl) -> None:
+    await gkubectl.ok("create", "deployment", "web", "--image=busybox:1.36", "--replicas=2")
+
+    async def owned(kind_path: str, n: int) -> list[dict[str, Any]]:
+        _c, lst = await ghttp.req("GET", kind_path, params={"labelSelector": "app=web"})
+        items = [o for o in lst["items"] if not o["metadata"].get("deletionTimestamp")]
+        return items if len(items) == n else []
+
+    rs_path = "/apis/apps/v1/namespaces/default/replicasets"
+    await eventually(lambda: owned(PODS, 2), "the deployment's pods")
+    # orphan: the ReplicaSet and its pods stay, without the reference to the Deployment
+    await gkubectl.ok("delete", "deployment", "web", "--cascade=orphan")
+    [rs] = await eventually(lambda: owned(rs_path, 1), "the orphaned ReplicaSet")
+    await eventually(lambda: _gone(ghttp, "/apis/apps/v1/namespaces/default/deployments/web"), "the Deployment")
+
+    async def released() -> bool:
+        _c, o = await ghttp.req("GET", f"{rs_path}/{rs['metadata']['name']}")
+        return not o["metadata"].get("ownerReferences")
+
+    await eventually(released, "the ReplicaSet to lose its ownerReference")
+    assert len(await owned(PODS, 2)) == 2
+    # foreground: the pods go before the ReplicaSet
+    await gkubectl.ok("delete", "rs", rs["metadata"]["name"], "--cascade=foreground")
+    assert await _gone(ghttp, f"{rs_path}/{rs['metadata']['name']}")
+    _c, left = await ghttp.req("GET", PODS, params={"labelSelector": "app=web"})
+    assert left["items"] == [], "foreground deletion removed the pods before the ReplicaSet"
