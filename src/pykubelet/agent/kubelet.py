@@ -183,6 +183,7 @@ class Kubelet:
             pod_exists=lambda uid: self.pod_workers.get(uid) is not None,
             containers_log_dir=self.runtime_manager.containers_log_dir, period=options.container_gc_period)
         self.housekeeping.add_step("container garbage collection", self.container_gc.step)
+        self.runtime_manager.dead_per_container = options.maximum_dead_containers_per_container
         self.image_gc = ImageGCManager(
             runtime, recorder, self._node_ref,
             GCPolicy(cfg.image_gc_high_threshold_percent, cfg.image_gc_low_threshold_percent,
