@@ -26,10 +26,11 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 
-from pykubelet.common.apiclient import ApiClient
+from pykubelet.common.apiclient import ApiClient, ApiError
 from pykubelet.cri import CRIClient
 
 from . import configsupport, metrics
+from .certificate import manager as certificate
 from .config import AgentOptions, ConfigError, load_options
 from .events import EventRecorder
 from .images.endpoint import runtime_client
@@ -39,6 +40,7 @@ from .nodestatus import NodeStatusManager
 from .proxy.proxier import ListWatchCache, ServiceProxy, proxy_unavailable
 from .server import KubeletServer
 from .sources import ApiServerSource, FileSource, PodConfig
+from .sources.http import HttpSource
 from .types import PodUpdate
 from .volumemanager import Mounter
 
@@ -102,6 +104,18 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
     stop = stop or asyncio.Event()
     cfg = options.config
     api: ApiClient | None = None
+    cert_dir = options.cert_dir or options.root_dir / "pki"
+    if options.bootstrap_kubeconfig is not None:
+        if options.kubeconfig is None:
+            log.error("--bootstrap-kubeconfig needs --kubeconfig: where the agent writes the kubeconfig of its "
+                      "issued certificate")
+            return 1
+        try:
+            await certificate.bootstrap_client(options.bootstrap_kubeconfig, options.kubeconfig, cert_dir,
+                                               options.node_name)
+        except (certificate.CertificateError, ApiError, OSError, ValueError, KeyError, TypeError) as e:
+            log.error("TLS bootstrap with %s failed: %s", options.bootstrap_kubeconfig, e)
+            return 1
     if options.kubeconfig is not None:
         try:
             api = ApiClient.from_kubeconfig(options.kubeconfig, user_agent=f"kubelet/{options.node_name}")
@@ -122,6 +136,19 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
             _install_signal_handlers(stack, stop)
         if api is not None:
             stack.push_async_callback(_stopper("API client", api.close, 5.0))
+            if cfg.rotate_certificates and options.kubeconfig is not None:
+                client_api = api
+                client_cert = certificate.kubeconfig_client_cert(options.kubeconfig)
+                if client_cert is not None and client_cert.resolve().parent == cert_dir.resolve():
+                    rotator = certificate.CertificateManager(
+                        api, cert_dir=cert_dir, prefix="kubelet-client", signer=certificate.CLIENT_SIGNER,
+                        usages=certificate.CLIENT_USAGES, node_name=options.node_name,
+                        on_rotate=lambda p: client_api.reload_client_certificate(str(p), str(p)))
+                    rotator.start()
+                    stack.push_async_callback(_stopper("client certificate rotation", rotator.stop))
+                else:
+                    log.warning("rotateCertificates: the kubeconfig's client certificate is not in --cert-dir %s "
+                                "(use --bootstrap-kubeconfig); it is not rotated", cert_dir)
         stack.push_async_callback(_stopper("CRI client", runtime.close, 5.0))
         stack.push_async_callback(_stopper("event recorder", recorder.close, 5.0))
         if not await _connect_runtime(runtime, stop):
@@ -152,6 +179,12 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
             fsrc = FileSource(cfg.static_pod_path, options.node_name, podconfig, interval=cfg.file_check_frequency)
             fsrc.start()
             stack.push_async_callback(_stopper("static pod source", fsrc.stop))
+        if cfg.static_pod_url:
+            hsrc = HttpSource(cfg.static_pod_url, options.node_name, podconfig, interval=cfg.http_check_frequency,
+                              headers=cfg.static_pod_url_header)
+            hsrc.start()
+            stack.push_async_callback(_stopper("static pod URL source", hsrc.stop))
+        nsm: NodeStatusManager | None = None
         if api is not None:
             nsm = NodeStatusManager(options=options, api=api, runtime=runtime, kubelet=kubelet, recorder=recorder)
             await nsm.start()
@@ -171,6 +204,18 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
 
         if cfg.enable_server:
             server = KubeletServer(pods=kubelet, runtime=runtime, options=options, api=api)
+            if cfg.server_tls_bootstrap and api is not None and nsm is not None:
+                serving = certificate.FileStore(cert_dir, "kubelet-server")
+                if await certificate.cert_valid(serving.current):
+                    server.serving_cert = (str(serving.current), str(serving.current))
+                node_status = nsm
+                serving_rotator = certificate.CertificateManager(
+                    api, cert_dir=cert_dir, prefix="kubelet-server", signer=certificate.SERVING_SIGNER,
+                    usages=certificate.SERVING_USAGES, node_name=options.node_name,
+                    on_rotate=lambda p: server.reload_tls(str(p), str(p)),
+                    names=lambda: certificate.node_address_names(node_status.node))
+                serving_rotator.start()
+                stack.push_async_callback(_stopper("serving certificate rotation", serving_rotator.stop))
             try:
                 await server.start()
             except OSError as e:
