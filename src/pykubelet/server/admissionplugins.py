@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, Protocol
 
-from pykubelet.server import limitrange, priority, quota, runtimeclass, tables
+from pykubelet.server import defaultstatus, limitrange, priority, quota, runtimeclass, tables
 from pykubelet.server.admission import AdmissionError
 from pykubelet.server.errors import StatusError
 from pykubelet.server.resources import BY_GVR, ResourceInfo
@@ -45,7 +45,9 @@ def bootstrap(store: _Store, create: Callable[[ResourceInfo, Obj], Any]) -> None
 
 
 def validate(store: _Store, ri: ResourceInfo, obj: Obj, old: Obj | None) -> FieldErrors:
-    """Defaults + validation (+ admission) of PriorityClasses and LimitRanges."""
+    """Defaults + validation (+ admission) of PriorityClasses and LimitRanges; the zero-valued
+    status fields upstream's encoder prints (defaultstatus.py)."""
+    defaultstatus.fill(ri.group, ri.resource, obj, creating=old is None)
     if ri.key == PC_KEY:
         priority.default_class(obj)
         errs = priority.validate_class(obj, old)

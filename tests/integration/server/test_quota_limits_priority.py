@@ -119,3 +119,18 @@ async def test_kubectl_get_prints_upstream_columns(http33: Http, server33: Serve
     header, row = out.splitlines()[:2]
     assert header.split() == ["NAME", "AGE", "REQUEST", "LIMIT"]
     assert "pods: 0/5" in row and "limits.cpu: 0/2" in row
+
+
+async def test_created_workloads_carry_the_zero_status_fields_upstream_prints(http33: Http) -> None:
+    template = {"selector": {"matchLabels": {"a": "b"}},
+                "template": {"metadata": {"labels": {"a": "b"}},
+                             "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}}
+    want = {"replicasets": {"replicas": 0}, "statefulsets": {"replicas": 0, "availableReplicas": 0},
+            "daemonsets": {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
+                           "numberReady": 0}}
+    kinds = {"replicasets": "ReplicaSet", "statefulsets": "StatefulSet", "daemonsets": "DaemonSet"}
+    for res, status in want.items():
+        st, obj = await http33.req("POST", f"/apis/apps/v1/namespaces/default/{res}",
+                                   {"apiVersion": "apps/v1", "kind": kinds[res], "metadata": {"name": "w"},
+                                    "spec": template, "status": {"replicas": 7}})
+        assert st == 201 and obj["status"] == status, (res, obj.get("status"))
