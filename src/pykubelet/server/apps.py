@@ -185,7 +185,15 @@ def _template_errors(spec: Obj, *, allow_other_restart: bool = False) -> FieldEr
         return [("spec.template", podspec.required())]
     errs = podspec.validate_labels((tmpl.get("metadata") or {}).get("labels") or {},
                                    "spec.template.metadata.labels")
-    errs += podspec.validate_pod_spec(tmpl.get("spec"), "spec.template.spec")
+    pod_spec = tmpl.get("spec")
+    claims = [c for c in spec.get("volumeClaimTemplates") or [] if isinstance(c, dict)]
+    if claims and isinstance(pod_spec, dict) and isinstance(pod_spec.get("volumes", []), list):
+        # a StatefulSet's mounts may name its claim templates: the controller adds those volumes
+        have = {v.get("name") for v in pod_spec.get("volumes") or [] if isinstance(v, dict)}
+        extra = [{"name": n, "persistentVolumeClaim": {"claimName": n}}
+                 for n in ((c.get("metadata") or {}).get("name") for c in claims) if n and n not in have]
+        pod_spec = {**pod_spec, "volumes": [*(pod_spec.get("volumes") or []), *extra]}
+    errs += podspec.validate_pod_spec(pod_spec, "spec.template.spec")
     rp = (tmpl.get("spec") or {}).get("restartPolicy") if isinstance(tmpl.get("spec"), dict) else None
     if not allow_other_restart and rp not in (None, "Always"):
         errs.append(("spec.template.spec.restartPolicy", podspec.not_supported(rp, ["Always"])))

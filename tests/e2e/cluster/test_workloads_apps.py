@@ -75,7 +75,14 @@ def test_daemonset_runs_on_the_node_and_statefulset_pods_start_in_order(cluster)
             metadata: {labels: {app: ordered}}
             spec:
               terminationGracePeriodSeconds: 1
-              containers: [{name: main, image: "busybox:1.36", command: [sleep, "3600"]}]
+              containers:
+              - name: main
+                image: "busybox:1.36"
+                command: [sh, -c, "hostname > /data/who && exec sleep 3600"]
+                volumeMounts: [{name: data, mountPath: /data}]
+          volumeClaimTemplates:
+          - metadata: {name: data}
+            spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Mi}}}
         """)
     k("apply", "-f", "-", input=manifest)
     try:
@@ -88,5 +95,11 @@ def test_daemonset_runs_on_the_node_and_statefulset_pods_start_in_order(cluster)
         ready0 = next(c["lastTransitionTime"] for c in pods["ordered-0"]["status"]["conditions"]
                       if c["type"] == "Ready")
         assert pods["ordered-1"]["metadata"]["creationTimestamp"] >= ready0
+        # each pod got its own claim from the local-path provisioner, mounted at /data
+        phases = k("get", "pvc", "data-ordered-0", "data-ordered-1", "-o", "jsonpath={.items[*].status.phase}")
+        assert phases.stdout.split() == ["Bound", "Bound"]
+        assert k("exec", "ordered-1", "--", "cat", "/data/who").stdout.strip() == "ordered-1"
     finally:
         k("delete", "-f", "-", "--ignore-not-found", "--wait=true", input=manifest, timeout=90)
+        # claims outlive their StatefulSet (Retain, as upstream): remove them ourselves
+        k("delete", "pvc", "data-ordered-0", "data-ordered-1", "--ignore-not-found", "--wait=true", timeout=90)

@@ -189,3 +189,13 @@ def test_daemonset_failed_pods_and_pods_on_ineligible_nodes_are_deleted() -> Non
     by_node = {"n0": [_dpod("failed", "h", phase="Failed")], "gone": [_dpod("stray", "h")]}
     creates, deletes = daemonset.plan({"spec": {}}, by_node, {"n0", "n1"}, "h", now)
     assert creates == ["n1"] and sorted(_names(deletes)) == ["failed", "stray"]
+
+
+def test_statefulset_mounts_may_name_claim_templates_but_not_unknown_volumes() -> None:
+    sts = _deployment(serviceName="x", volumeClaimTemplates=[{"metadata": {"name": "data"}, "spec": {}}])
+    sts["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    apps.default_workload("statefulsets", sts)
+    assert apps.validate_workload("statefulsets", sts, None) == []
+    sts["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "other", "mountPath": "/o"}]
+    errs = apps.validate_workload("statefulsets", sts, None)
+    assert any("volumeMounts[0].name" in f and "Not found" in m for f, m in errs), errs
