@@ -27,6 +27,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from pykubelet.server import rbac
+
 Obj = dict[str, Any]
 RowFn = Callable[[Obj, datetime], tuple[list[Any], list[dict[str, Any]] | None]]
 
@@ -391,6 +393,21 @@ def _event_row(ev: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] 
 
 
 # --- simple kinds ---------------------------------------------------------------------------
+
+
+def _more(items: list[str], shown: int = 3) -> str:
+    """Upstream printers' "a,b,c + N more..." (``<none>`` when empty)."""
+    if not items:
+        return "<none>"
+    out = ",".join(items[:shown])
+    return out + (f" + {len(items) - shown} more..." if len(items) > shown else "")
+
+
+def _endpoints_cell(ep: Obj) -> str:
+    """formatEndpoints: ready ``ip:port`` pairs of all subsets."""
+    pairs = [f"{a.get('ip')}:{p.get('port')}" if p else str(a.get("ip"))
+             for s in ep.get("subsets") or [] for p in (s.get("ports") or [None]) for a in s.get("addresses") or []]
+    return _more(pairs)
 
 
 def _simple(cols: list[dict[str, Any]], fn: Callable[[Obj], list[Any]]) -> tuple[list[dict[str, Any]], RowFn]:
@@ -780,6 +797,15 @@ def _printers() -> dict[str, tuple[list[dict[str, Any]], RowFn]]:
         [col("Status", desc="The status of the namespace")],
         lambda o: [(o.get("status") or {}).get("phase") or "Active"],
     )
+    p["endpoints"] = _simple([col("Endpoints", desc="Endpoints is the list of endpoints in the object.")],
+                             lambda o: [_endpoints_cell(o)])
+    p["endpointslices"] = _simple(
+        [col("AddressType", desc="addressType specifies the type of address carried by this EndpointSlice."),
+         col("Ports", desc="ports specifies the list of network ports exposed by each endpoint in this slice."),
+         col("Endpoints", desc="endpoints is a list of unique endpoints in this slice.")],
+        lambda o: [o.get("addressType", ""),
+                   ",".join(str(x.get("port")) for x in o.get("ports") or [] if x.get("port")) or "<unset>",
+                   _more([a for e in o.get("endpoints") or [] for a in e.get("addresses") or []])])
     p["leases"] = _simple([col("Holder", desc="holderIdentity contains the identity of the holder of a current lease.")], _lease_cells)
     p["configmaps"] = _simple(
         [col("Data", "integer", desc="Number of data in the configmap")],
@@ -799,6 +825,17 @@ def _printers() -> dict[str, tuple[list[dict[str, Any]], RowFn]]:
     )
     p.update(_apps_printers())
     p["generic"] = _simple([], lambda o: [])
+    role_cols = [NAME_COL, col("Created At", "date", desc="CreationTimestamp of the object")]
+    p["roles"] = p["clusterroles"] = (role_cols, lambda o, now: (rbac.role_cells(o), None))
+
+    def _binding_row(o: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+        role, users, groups, sas = rbac.binding_cells(o)
+        return [_name(o), role, _age(o, now), ", ".join(users), ", ".join(groups), ", ".join(sas)], None
+    binding_cols = [NAME_COL, col("Role", desc="Role of the binding"), AGE_COL,
+                    col("Users", priority=1, desc="Users in the binding"),
+                    col("Groups", priority=1, desc="Groups in the binding"),
+                    col("ServiceAccounts", priority=1, desc="ServiceAccounts in the binding")]
+    p["rolebindings"] = p["clusterrolebindings"] = (binding_cols, _binding_row)
     return p
 
 

@@ -175,3 +175,21 @@ async def test_endpoint_controllers_follow_pod_readiness(ctl_srv: ServerHandle) 
 
 async def _eq(coro: Any, want: Any) -> bool:
     return bool(await coro == want)
+
+
+async def test_kubectl_get_endpoints_and_slices_print_upstream_columns(srv: ServerHandle, tmp_path: Path) -> None:
+    import shutil
+
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed")
+    proc = await asyncio.create_subprocess_exec(
+        kubectl, f"--kubeconfig={srv.kubeconfig}", f"--cache-dir={tmp_path}", "get", "endpoints,endpointslices",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    port = srv.url.rsplit(":", 1)[1]
+    lines = out.decode().splitlines()
+    assert lines[0].split() == ["NAME", "ENDPOINTS", "AGE"], err
+    assert lines[1].split()[:2] == ["endpoints/kubernetes", f"127.0.0.1:{port}"]
+    assert lines[3].split() == ["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"]
+    assert lines[4].split()[:4] == ["endpointslice.discovery.k8s.io/kubernetes", "IPv4", port, "127.0.0.1"]
