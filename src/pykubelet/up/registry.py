@@ -77,7 +77,7 @@ def upstream_server(registry: str) -> str:
 
 def write_mirror_hosts_toml(config_dir: Path, registry: str, mirror_host: str) -> Path:
     """Make containerd pull `registry`'s images from the mirror first, upstream second."""
-    if not re.fullmatch(r"[A-Za-z0-9.-]+(:[0-9]+)?", registry):
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]+)?", registry):
         raise RegistryError(f"invalid registry host {registry!r}")
     d = config_dir / registry
     d.mkdir(parents=True, exist_ok=True)
