@@ -382,15 +382,17 @@ async def _fill_mirror(reg: LocalRegistry | None, cd: PrivateContainerd | None, 
     """Point containerd at the mirror and copy in the offline images whose digest changed."""
     if reg is None or cd is None:
         return
-    await reg.wait_ready()
     for registry in dict.fromkeys([*DEFAULT_MIRRORED, *args.mirror_registry]):
-        write_mirror_hosts_toml(cd.registry_config_dir, registry, reg.host)
+        write_mirror_hosts_toml(cd.registry_config_dir, registry, reg.host)  # a bad name fails `up`
     write_state(data_dir, reg.host, cd.address, cd.registry_config_dir)
-    built = await asyncio.to_thread(build_all)
     try:
+        await reg.wait_ready()
+        built = await asyncio.to_thread(build_all)
         copied = await asyncio.to_thread(reg.mirror_offline_images, built)
-    except RegistryError as e:
-        raise ImageError(f"filling the local registry: {e}") from None
+    except RegistryError as e:  # the mirror is an addition: the node still works without it
+        _progress(f"warning: the local registry is not serving the offline images ({e}); "
+                  f"see {reg.log_path}")
+        return
     _progress(f"local registry {reg.host} mirrors {', '.join(dict.fromkeys([*DEFAULT_MIRRORED, *args.mirror_registry]))}"
               f" ({len(copied)} image(s) copied)")
 
