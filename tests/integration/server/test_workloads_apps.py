@@ -444,3 +444,18 @@ async def test_a_rollout_without_progress_is_marked_progress_deadline_exceeded(a
     d = await api.get(f"{APPS}/deployments/stuck")
     available = next(c for c in d["status"]["conditions"] if c["type"] == "Available")
     assert available["status"] == "False" and available["reason"] == "MinimumReplicasUnavailable"
+
+
+async def test_a_replicaset_whose_pods_are_refused_reports_replica_failure(api: ApiClient) -> None:
+    rs = workload("ReplicaSet", "refused", 2)
+    rs["spec"]["template"]["spec"]["serviceAccountName"] = "missing"
+    await api.create(f"{APPS}/replicasets", rs)
+
+    async def failure() -> dict[str, Any] | None:
+        st = (await api.get(f"{APPS}/replicasets/refused")).get("status") or {}
+        return next((c for c in st.get("conditions") or [] if c["type"] == "ReplicaFailure"), None)
+    cond = await eventually(failure)
+    assert cond["status"] == "True" and cond["reason"] == "FailedCreate" and "missing" in cond["message"]
+    events = (await api.list("/api/v1/namespaces/default/events")).get("items") or []
+    assert any(e["reason"] == "FailedCreate" and e["involvedObject"]["name"] == "refused" for e in events)
+    assert await pods_of(api, "refused") == []

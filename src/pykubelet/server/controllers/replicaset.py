@@ -48,25 +48,24 @@ API_VERSION = "apps/v1"
 KIND = "ReplicaSet"
 
 
-async def slow_start(count: int, fn: Any) -> int:
-    """Run ``fn()`` ``count`` times in batches 1, 2, 4, ...; stop after a batch with a failure.
-    Returns the number of successes (``slowStartBatch``)."""
-    done = 0
+async def slow_start(count: int, fn: Any) -> tuple[int, BaseException | None]:
+    """Run ``fn()`` ``count`` times in batches 1, 2, 4, ...; stop after a batch with a failure
+    (``slowStartBatch``).  Returns (calls made, first error or None)."""
+    attempted = 0
     batch = min(count, SLOW_START_INITIAL_BATCH)
     remaining = count
     while remaining > 0 and batch > 0:
         results = await asyncio.gather(*(fn() for _ in range(batch)), return_exceptions=True)
-        ok = sum(1 for r in results if not isinstance(r, BaseException))
-        done += ok
+        attempted += batch
         for r in results:
             if isinstance(r, asyncio.CancelledError):
                 raise r
-        if ok < batch:
-            errors = [r for r in results if isinstance(r, BaseException)]
-            raise errors[0]
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            return attempted, errors[0]
         remaining -= batch
         batch = min(2 * batch, remaining)
-    return done
+    return attempted, None
 
 
 def compute_status(rs: Obj, pods: list[Obj], now: datetime, failure: str | None) -> Obj:
@@ -216,17 +215,21 @@ class ReplicaSetController(Controller):
         if diff < 0:
             n = min(-diff, BURST_REPLICAS)
             self.expectations.expect(key, adds=n)
-            try:
-                await slow_start(n, lambda: self._create_pod(rs))
+            attempted, err = await slow_start(n, lambda: self._create_pod(rs))
+            # creations never attempted will not be observed (failed ones lowered it already)
+            for _ in range(n - attempted):
+                self.expectations.creation_observed(key)
+            if err is None:
                 self._failures.pop(key, None)
-            except ApiError as e:
-                # creations never attempted will not be observed
-                self.expectations.expect(key)
+            elif not isinstance(err, ApiError):
+                raise err
+            else:
+                e = err
                 self._failures[key] = e.message
                 if e.status == 403 and "being terminated" in e.message:
                     return
                 await self.recorder.event(rs, "Warning", "FailedCreate", f"Error creating: {e.message}")
-                raise
+                raise e
         elif diff > 0:
             n = min(diff, BURST_REPLICAS)
             victims = pc.deletion_order(pods)[:n]
