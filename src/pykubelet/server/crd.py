@@ -416,9 +416,13 @@ def openapi_schema(ri: ResourceInfo) -> tuple[str, Obj] | None:
     return _OPENAPI.get((ri.group, ri.version, ri.resource))
 
 
+def published_schemas() -> list[tuple[str, Obj]]:
+    return list(_OPENAPI.values())
+
+
 def _published(ri: ResourceInfo, schema: Obj | None) -> tuple[str, Obj]:
-    out = copy.deepcopy(schema) if schema else {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    props = out.setdefault("properties", {})
+    out: Obj = copy.deepcopy(schema) if schema else {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    props: Obj = out.setdefault("properties", {})
     props.setdefault("apiVersion", {"type": "string", "description": "APIVersion defines the versioned schema "
                                     "of this representation of an object."})
     props.setdefault("kind", {"type": "string", "description": "Kind is a string value representing the REST "

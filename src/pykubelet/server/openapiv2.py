@@ -28,7 +28,7 @@ import json
 import struct
 from typing import Any
 
-from pykubelet.server import discovery
+from pykubelet.server import crd, discovery, resources
 from pykubelet.server.resources import groups
 
 # kubectl asks with the "@" spelling, which Go's mime parser rejects in a response Content-Type;
@@ -226,10 +226,27 @@ def to_protobuf(doc: dict[str, Any]) -> bytes:
     return out + _ld(9, defs)
 
 
+_cache: dict[tuple[Any, bool], bytes] = {}
+
+
+def _fingerprint() -> Any:
+    """Changes whenever what the document describes can: the served resources, and the
+    published custom-resource schemas (new objects on every CRD registration)."""
+    return (tuple((r.group, r.version, r.resource) for r in resources.RESOURCES),
+            tuple(id(v[1]) for v in crd.published_schemas()))
+
+
 def render(accept: str, *, legacy_path: bool = False) -> tuple[bytes, str]:
     """The body and Content-Type for a request with ``accept``: protobuf when asked for (and
-    always at the legacy protobuf path), else JSON."""
-    doc = document()
-    if legacy_path or "protobuf" in accept:
-        return to_protobuf(doc), PROTO_V2
-    return json.dumps(doc, separators=(",", ":")).encode(), "application/json"
+    always at the legacy protobuf path), else JSON.  Building the document takes ~0.2 s, so it
+    is kept until the resources it describes change."""
+    proto = legacy_path or "protobuf" in accept
+    key = (_fingerprint(), proto)
+    body = _cache.get(key)
+    if body is None:
+        doc = document()
+        body = to_protobuf(doc) if proto else json.dumps(doc, separators=(",", ":")).encode()
+        if len(_cache) > 4:
+            _cache.clear()
+        _cache[key] = body
+    return body, PROTO_V2 if proto else "application/json"

@@ -363,3 +363,22 @@ async def test_crd_with_cel_rules_is_accepted_with_a_warning(api: Http) -> None:
         assert r.status == 201
         warnings = r.headers.getall("Warning", [])
     assert any("x-kubernetes-validations (CEL) rules are not evaluated" in w for w in warnings)
+
+
+async def test_deleting_a_namespace_deletes_its_custom_resources(api: Http, kctl: Kubectl, tmp_path: Path) -> None:
+    await install_crd(kctl, tmp_path)
+    st, _ = await api.req("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                        "metadata": {"name": "team"}})
+    assert st == 201
+    path = "/apis/stable.example.com/v1/namespaces/team/crontabs"
+    st, _ = await api.req("POST", path, crontab("in-team", replicas=1))
+    assert st == 201
+    st, _ = await api.req("DELETE", "/api/v1/namespaces/team")
+    assert st == 200
+    for _ in range(100):
+        st, _ = await api.req("GET", "/api/v1/namespaces/team")
+        if st == 404:
+            break
+        await asyncio.sleep(0.1)
+    assert st == 404
+    assert not list(api.srv.registry.store.iter_raw("crontabs.stable.example.com", "team"))
