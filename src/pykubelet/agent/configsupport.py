@@ -178,6 +178,23 @@ TABLE: dict[str, FieldSupport] = {
 }
 
 
+# Sub-fields of supported fields that are not honoured (dotted JSON path -> attribute path, support).
+NESTED: dict[str, tuple[str, FieldSupport]] = {
+    "authentication.webhook.cacheTTL": ("authentication.webhook.cache_ttl",
+                                        _n("token reviews are cached for upstream's default 2m")),
+    "authorization.webhook.cacheAuthorizedTTL": ("authorization.webhook.cache_authorized_ttl",
+                                                 _n("allowed decisions are cached for upstream's default 5m")),
+    "authorization.webhook.cacheUnauthorizedTTL": ("authorization.webhook.cache_unauthorized_ttl",
+                                                   _n("denied decisions are cached for upstream's default 30s")),
+}
+
+
+def _attr(obj: object, dotted: str) -> object:
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 def json_fields() -> list[str]:
     """The model's fields by JSON name, in declaration order."""
     return [info.alias or name for name, info in KubeletConfiguration.model_fields.items()]
@@ -204,6 +221,9 @@ def warnings(config: KubeletConfiguration) -> list[str]:
             out.append(f"{field} is set but not supported; ignored" + (f" ({entry.note})" if entry.note else ""))
         else:
             out.append(f"{field} is set but only partly supported: {entry.note}")
+    for field, (attr, entry) in NESTED.items():
+        if _attr(config, attr) != _attr(default, attr):
+            out.append(f"{field} is set but not supported; ignored ({entry.note})")
     return out
 
 
@@ -227,6 +247,8 @@ def markdown() -> str:
     ]
     for field in json_fields():
         e = TABLE[field]
+        lines.append(f"| `{field}` | {e.support.value} | {e.note} |")
+    for field, (_attr_path, e) in NESTED.items():
         lines.append(f"| `{field}` | {e.support.value} | {e.note} |")
     lines += [
         "",

@@ -45,3 +45,11 @@ async def test_an_image_service_endpoint_of_its_own_gets_its_own_channel() -> No
     assert split._image_channel is not None and split._image_channel is not split._channel
     await split.close()
     await same.close()
+
+
+def test_an_unsupported_sub_field_of_a_supported_field_warns_naming_its_path() -> None:
+    cfg = parse_kubelet_config({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+                                "authentication": {"anonymous": {"enabled": True}, "webhook": {"cacheTTL": "10s"}}})
+    assert configsupport.warnings(cfg) == [
+        "authentication.webhook.cacheTTL is set but not supported; ignored "
+        "(token reviews are cached for upstream's default 2m)"]
