@@ -382,3 +382,17 @@ async def test_deleting_a_namespace_deletes_its_custom_resources(api: Http, kctl
         await asyncio.sleep(0.1)
     assert st == 404
     assert not list(api.srv.registry.store.iter_raw("crontabs.stable.example.com", "team"))
+
+
+async def test_kubectl_1_27_creates_and_applies_without_validate_false(tmp_path: Path) -> None:
+    async with run_server(tmp_path / "data", port=0, version_minor="27", controllers=False) as srv:
+        kctl = Kubectl(srv, tmp_path)
+        assert json.loads(await kctl.ok("version", "-o", "json"))["clientVersion"]["minor"] == "27"
+        await install_crd(kctl, tmp_path)
+        (tmp_path / "ct.yaml").write_text(CT_YAML.format(name="old", replicas=1))
+        await kctl.ok("create", "-f", str(tmp_path / "ct.yaml"))
+        (tmp_path / "ct.yaml").write_text(CT_YAML.format(name="old", replicas=2))
+        assert "configured" in await kctl.ok("apply", "-f", str(tmp_path / "ct.yaml"))
+        (tmp_path / "pod.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+                                           "spec: {containers: [{name: c, image: busybox:1.36}]}\n")
+        await kctl.ok("apply", "-f", str(tmp_path / "pod.yaml"))
