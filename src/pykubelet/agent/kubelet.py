@@ -84,6 +84,7 @@ from pykubelet.agent.volumemanager import Mounter, VolumeManager
 from pykubelet.common import podutil
 from pykubelet.common.aio import cancel_and_wait, run_every
 from pykubelet.common.apiclient import ApiClient, ApiError
+from pykubelet.common.procfs import read_meminfo
 from pykubelet.common.quantity import memory_bytes
 from pykubelet.cri import CRIError, pb
 
@@ -250,6 +251,8 @@ class Kubelet:
             await run_startup_checks(self.config, self.runtime)
         await enforce_node_allocatable(self.cgroups, self.config, cpu_millis=self._machine.cpu_millis,
                                        memory_bytes=self._machine.memory_bytes)
+        self.cgroups.node_memory = self._machine.memory_bytes  # memorySwap.swapBehavior LimitedSwap shares
+        self.cgroups.node_swap = (await asyncio.to_thread(read_meminfo)).get("SwapTotal", 0)
         await self.cgroups.update_qos([])
         await self.runtime_manager.start()
         await self.volume_manager.start()  # rebuilds the actual state of volumes before any pod syncs

@@ -113,3 +113,12 @@ def test_driver_mismatch_with_containerd_is_a_startup_error() -> None:
     assert err is not None and err.startswith("cgroupDriver:")
     assert checks.runtime_cgroup_driver({}) is None
     assert checks.driver_mismatch_error("cgroupfs", None) is None
+
+
+async def test_limited_swap_gives_a_burstable_pod_its_share_of_swap_on_v2(tmp_path: Path) -> None:
+    mount = v2_tree(tmp_path)
+    cm = PodCgroupManager("/pk", mount=str(mount), swap_behavior="LimitedSwap")
+    cm.node_memory, cm.node_swap = 4 * 1024**3, 1024**3
+    p = pod("b", uid="u2", containers=[container("c", requests={"memory": "1Gi"})])
+    await cm.ensure(p)
+    assert (mount / "pk/kubepods/burstable/podu2/memory.swap.max").read_text() == str(256 * 1024**2)
