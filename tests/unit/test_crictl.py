@@ -102,3 +102,29 @@ def test_sizes_ids_and_tables_read_like_crictls() -> None:
     assert fmt.table(["A", "BB"], [["xxxx", "y"]]) == "A      BB\nxxxx   y"
     assert fmt.split_image("docker.io/library/busybox:1.36") == ("docker.io/library/busybox", "1.36")
     assert fmt.split_image("127.0.0.1:5000/x") == ("127.0.0.1:5000/x", "<none>")
+
+
+async def test_logs_previous_reads_the_instance_before_and_says_when_there_is_none(tmp_path: object) -> None:
+    import argparse
+    from pathlib import Path
+
+    tool = Tool()
+    log_dir = Path(str(tmp_path))
+    cfg = pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name="p", namespace="d", uid="u"),
+                              log_directory=str(log_dir))
+    sid = await tool.client.run_pod_sandbox(cfg)
+    ids = []
+    for attempt in (0, 1):
+        cid = await tool.client.create_container(sid, pb.ContainerConfig(
+            metadata=pb.ContainerMetadata(name="app", attempt=attempt), image=pb.ImageSpec(image="busybox"),
+            command=["true"], log_path=f"app/{attempt}.log"), cfg)
+        ids.append(cid)
+    (log_dir / "app").mkdir(exist_ok=True)
+    (log_dir / "app" / "0.log").write_text("2024-01-01T00:00:00.000000000Z stdout F first-run\n")
+    printed: list[str] = []
+    tool.crictl._emit_log = lambda line, ts: printed.append(line.split(" ", 3)[3])  # type: ignore[method-assign]
+    args = build_parser().parse_args(["logs", "-p", ids[1]])
+    assert await tool.crictl.logs(args) == 0
+    assert printed == ["first-run"]
+    with pytest.raises(ValueError, match="has no previous instance"):
+        await tool.crictl.logs(argparse.Namespace(**{**vars(args), "id": ids[0]}))

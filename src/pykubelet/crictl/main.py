@@ -7,7 +7,7 @@ logs`` and ``crictl rmi --prune``. This is the common part of it, with crictl's 
 ``--no-trunc``, ``-o json|yaml|table``), ``pods`` (``--name``, ``--namespace``, ``--state``,
 ``--label``, ``-q``, ``-l``, ``-n``, ``--no-trunc``, ``-o``), ``images`` (``-q``, ``--digests``,
 ``--no-trunc``, ``-o``), ``inspect``/``inspectp`` (verbose status as JSON), ``logs`` (``-f``,
-``--tail``, ``--timestamps``: read from the CRI log file like crictl does), ``exec`` (ExecSync:
+``--tail``, ``--timestamps``, ``-p``: read from the CRI log file like crictl does), ``exec`` (ExecSync:
 ``-i``/``-t`` streams are not supported), ``stats`` (CPU % from two samples a second apart when the
 runtime gives no nano-core rate) and ``rmi`` (``--prune``: every image no container uses, except
 pinned ones and the runtime's sandbox image; ``-a``).
@@ -281,9 +281,17 @@ class Crictl:
     async def logs(self, a: argparse.Namespace) -> int:
         cid = await self._resolve_container(a.id)
         status = (await self.rt.container_status(cid)).status
+        if a.previous:  # crictl: the same pod's container of that name with the attempt before
+            same = [c for c in await self.rt.list_containers(pb.ContainerFilter(
+                pod_sandbox_id=(await self.rt.list_containers(pb.ContainerFilter(id=cid)))[0].pod_sandbox_id))
+                if c.metadata.name == status.metadata.name and c.metadata.attempt == status.metadata.attempt - 1]
+            if not same:
+                raise ValueError(f"container {cid[:13]} has no previous instance (attempt "
+                                 f"{status.metadata.attempt - 1} was removed or never ran)")
+            cid = same[0].id
+            status = (await self.rt.container_status(cid)).status
+            a.follow = False
         path = status.log_path
-        if a.previous:
-            raise ValueError("--previous: use `crictl ps -a` to find the previous container and give its id")
         if not path:
             raise ValueError(f"container {cid[:13]} has no log file")
         lines = await asyncio.to_thread(_read_lines, path)
