@@ -133,6 +133,7 @@ _DURATION_FIELDS = {
     "runtime_request_timeout",
     "cpu_cfs_quota_period",
     "eviction_pressure_transition_period",
+    "eviction_monitoring_period",
     "container_log_monitor_interval",
     "shutdown_grace_period",
     "shutdown_grace_period_critical_pods",
@@ -282,6 +283,7 @@ class KubeletConfiguration(_Strict):
     eviction_soft: dict[str, str] = Field(default_factory=dict)
     eviction_soft_grace_period: dict[str, str] = Field(default_factory=dict)
     eviction_pressure_transition_period: float = 300.0
+    eviction_monitoring_period: float = 10.0  # upstream's evictionMonitoringPeriod (a constant before 1.33)
     eviction_max_pod_grace_period: int = 0
     eviction_minimum_reclaim: dict[str, str] = Field(default_factory=dict)
     merge_default_eviction_settings: bool = False
@@ -395,7 +397,7 @@ class KubeletConfiguration(_Strict):
         return v
 
     @field_validator("sync_frequency", "file_check_frequency", "node_status_update_frequency",
-                     "node_status_report_frequency", "runtime_request_timeout")
+                     "node_status_report_frequency", "runtime_request_timeout", "eviction_monitoring_period")
     @classmethod
     def _positive_duration(cls, v: float) -> float:
         if v <= 0:

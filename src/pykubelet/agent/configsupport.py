@@ -126,6 +126,7 @@ TABLE: dict[str, FieldSupport] = {
     "evictionSoft": _s("eviction manager"),
     "evictionSoftGracePeriod": _s("eviction manager"),
     "evictionPressureTransitionPeriod": _s("eviction manager"),
+    "evictionMonitoringPeriod": _s("eviction manager pass period"),
     "evictionMaxPodGracePeriod": _s("eviction manager"),
     "evictionMinimumReclaim": _s("eviction manager"),
     "mergeDefaultEvictionSettings": _n(),

@@ -109,7 +109,7 @@ class Kubelet:
         status_reconcile_period: float = 10.0,
         volume_mounter: Mounter | None = None,
         volume_refresh_period: float | None = None,
-        eviction_monitoring_period: float = 10.0,
+        eviction_monitoring_period: float | None = None,
         startup_checks: bool = True,
     ) -> None:
         cfg = self.config = options.config
@@ -200,7 +200,8 @@ class Kubelet:
         self._machine: machine.MachineInfo | None = None
         self.admission.append(PredicateAdmitHandler(self.node_for_admission))
         self.eviction = EvictionManager(
-            eviction_config(cfg, eviction_monitoring_period, Path(cgroup_mount) / "memory"), read_signals=self._read_signals,
+            eviction_config(cfg, eviction_monitoring_period or cfg.eviction_monitoring_period,
+                            Path(cgroup_mount) / "memory"), read_signals=self._read_signals,
             summary=StatsProvider(runtime=runtime, node_name=self.node_name, root_dir=str(self.root_dir)),
             active_pods=self._pods_for_eviction, evictor=self, recorder=recorder,
             reclaimers=[self.container_gc, self.image_gc], allocatable_memory=self._allocatable_memory)
