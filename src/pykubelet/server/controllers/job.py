@@ -527,12 +527,14 @@ class JobController(kit.Controller):
         await self._warn_unsupported(job)
         if not self.expectations.satisfied(key):
             return None  # our creations/deletions are not all observed yet; their events requeue us
-        last = self._last_failure.get(job["metadata"]["uid"])
-        p = plan(job, pods, now, last_failure=last)
-        newly_failed = int(p.status.get("failed") or 0) > int((job.get("status") or {}).get("failed") or 0)
-        if newly_failed:
-            times = [t for pp in pods if pod_phase(pp) == "Failed" and (t := _finish_time(pp)) is not None]
-            self._last_failure[job["metadata"]["uid"]] = max(times) if times else now
+        # the pod failure back-off counts from the newest failure seen (its container's finish time)
+        uid = str(job["metadata"]["uid"])
+        for pp in pods:
+            if pod_phase(pp) == "Failed" and has_finalizer(pp):
+                t = _finish_time(pp) or now
+                if uid not in self._last_failure or t > self._last_failure[uid]:
+                    self._last_failure[uid] = t
+        p = plan(job, pods, now, last_failure=self._last_failure.get(uid))
         # record, release, then count (the uncounted list is written before finalizers go)
         if p.record_succeeded or p.record_failed:
             recorded = copy.deepcopy(job.get("status") or {})
