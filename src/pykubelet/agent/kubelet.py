@@ -41,7 +41,7 @@ from pykubelet.agent.admission import AdmissionChain, MaxPodsAdmitHandler, Valid
 from pykubelet.agent.admission_security import AppArmorAdmitHandler, SysctlAdmitHandler
 from pykubelet.agent.cm.admission import PredicateAdmitHandler
 from pykubelet.agent.cm.cgroups import milli_cpu_to_quota
-from pykubelet.agent.cm.checks import enforce_node_allocatable, run_startup_checks
+from pykubelet.agent.cm.checks import enforce_node_allocatable, reserved_amounts, run_startup_checks
 from pykubelet.agent.cm.cpumanager import CPUManager
 from pykubelet.agent.cm.podcgroups import PodCgroupManager
 from pykubelet.agent.cm.systemd import SystemdDbusUnits
@@ -85,7 +85,6 @@ from pykubelet.common import podutil
 from pykubelet.common.aio import cancel_and_wait, run_every
 from pykubelet.common.apiclient import ApiClient, ApiError
 from pykubelet.common.procfs import read_meminfo
-from pykubelet.common.quantity import memory_bytes
 from pykubelet.cri import CRIError, pb
 
 log = logging.getLogger(__name__)
@@ -348,8 +347,12 @@ class Kubelet:
         return pressure.read_signals(self._machine.memory_bytes if self._machine else 0, self.root_dir)
 
     def _allocatable_memory(self) -> int | None:
-        raw = ((self.local_node or {}).get("status") or {}).get("allocatable", {}).get("memory")
-        return memory_bytes(raw) if raw else None
+        """allocatableMemory.available's capacity: memory minus system/kube reserved (the pods' share,
+        without the hard eviction threshold that the reported allocatable also subtracts)."""
+        if self._machine is None:
+            return None
+        reserved = reserved_amounts(self.config.system_reserved, self.config.kube_reserved).get("memory", 0)
+        return max(0, self._machine.memory_bytes - reserved)
 
     def _pods_for_eviction(self) -> list[Pod]:
         return [p for u, p in self.pod_manager.active()
