@@ -226,7 +226,8 @@ class PodCgroupManager:
                 continue
             try:
                 path.write_text(value)
-                self._written[key] = value
+                if only_changed:  # remembered for the long-lived QoS/node cgroups only, not per pod
+                    self._written[key] = value
             except OSError as e:
                 log.debug("cgroup write %s=%s failed: %s", path, value, e)
 
