@@ -344,7 +344,8 @@ class Kubelet:
         return self.eviction.pressure_conditions()
 
     def _read_signals(self) -> tuple[dict[str, int], dict[str, int]]:
-        return pressure.read_signals(self._machine.memory_bytes if self._machine else 0, self.root_dir)
+        pids = any(t.signal.value == "pid.available" for t in self.eviction.config.thresholds)
+        return pressure.read_signals(self._machine.memory_bytes if self._machine else 0, self.root_dir, pids=pids)
 
     def _allocatable_memory(self) -> int | None:
         """allocatableMemory.available's capacity: memory minus system/kube reserved (the pods' share,

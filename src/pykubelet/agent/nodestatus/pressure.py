@@ -169,9 +169,11 @@ def _process_count(paths: HostPaths) -> int | None:
 
 
 def read_signals(
-    memory_capacity: int, root_dir: str | os.PathLike[str], paths: HostPaths | None = None
+    memory_capacity: int, root_dir: str | os.PathLike[str], paths: HostPaths | None = None, *, pids: bool = True,
 ) -> tuple[dict[str, int], dict[str, int]]:
-    """Observe (signal → available, signal → capacity); unobservable signals are left out."""
+    """Observe (signal → available, signal → capacity); unobservable signals are left out.
+
+    ``pids=False`` skips ``pid.available`` (a scan of ``/proc``) when no threshold uses it."""
     paths = paths or HostPaths()
     signals: dict[str, int] = {}
     capacity: dict[str, int] = {}
@@ -187,8 +189,8 @@ def read_signals(
             if st.f_files > 0:  # filesystems without inode limits report 0 inodes
                 signals[f"{fs}.inodesFree"] = st.f_favail
                 capacity[f"{fs}.inodesFree"] = st.f_files
-    pid_max = _pid_max(paths)
-    procs = _process_count(paths)
+    pid_max = _pid_max(paths) if pids else None
+    procs = _process_count(paths) if pid_max is not None else None
     if pid_max is not None and procs is not None:
         signals["pid.available"] = max(0, pid_max - procs)
         capacity["pid.available"] = pid_max
