@@ -162,8 +162,16 @@ def test_emptydir_over_its_size_limit_and_a_full_nodefs_are_evicted(containerd: 
     quiet = api_pod("quiet", busybox("c", "sleep 3600"))
 
     async def check(k: Kubelet, add: Callable[..., Awaitable[None]], status: Status) -> None:
-        # image GC would remove the session containerd's unused images, which other tests need
-        k.eviction.reclaimers = []
+        # node-level reclaim comes first; the real image GC would remove the session containerd's unused
+        # images, which other tests need, so a reclaimer that frees nothing stands in for it here
+        calls: list[str] = []
+
+        class NothingToReclaim:
+            async def reclaim(self, resource: str) -> int:
+                calls.append(resource)
+                return 0
+
+        k.eviction.reclaimers = [NothingToReclaim()]
         await add(over_limit, quiet)
         st = await eventually(lambda: status(over_limit).get("phase") == "Failed" and status(over_limit), timeout=40)
         assert (st["reason"], st["message"]) == ("Evicted", 'Usage of EmptyDir volume "scratch" exceeds the limit "2Mi". ')
@@ -171,6 +179,7 @@ def test_emptydir_over_its_size_limit_and_a_full_nodefs_are_evicted(containerd: 
         st = await eventually(lambda: status(filler).get("phase") == "Failed" and status(filler), timeout=40)
         assert st["reason"] == "Evicted"
         assert st["message"].startswith("The node was low on resource: ephemeral-storage. Threshold quantity: 64Mi")
+        assert "nodefs.available" in calls  # reclaimed before evicting
         assert status(quiet).get("phase") == "Running"
 
     try:
