@@ -68,7 +68,7 @@ async def test_limit_range_defaults_and_bounds(http33: Http) -> None:
 
 
 async def test_resource_quota_refuses_and_tracks_usage(http33: Http) -> None:
-    q = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q"},
+    q: dict[str, Any] = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q"},
          "spec": {"hard": {"pods": "2", "configmaps": "10", "requests.cpu": "1"}}}
     st, body = await http33.req("POST", "/api/v1/namespaces/default/resourcequotas", q)
     assert st == 201
@@ -111,7 +111,7 @@ async def test_kubectl_get_prints_upstream_columns(http33: Http, server33: Serve
     out = await kubectl.ok("get", "pc")
     assert out.split("\n")[0].split() == ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]
     assert "system-node-critical" in out and "2000001000" in out
-    q = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q"},
+    q: dict[str, Any] = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q"},
          "spec": {"hard": {"pods": "5", "limits.cpu": "2"}}}
     st, _ = await http33.req("POST", "/api/v1/namespaces/default/resourcequotas", q)
     assert st == 201

@@ -74,7 +74,7 @@ def test_validation_errors_read_as_upstream(spec: dict[str, Any], message: tuple
 
 def test_nullable_and_int_or_string_accept_their_values() -> None:
     sv = served()
-    obj = {"metadata": {"name": "x"}, "spec": {"mode": "a", "name": None, "port": "http"}}
+    obj: dict[str, Any] = {"metadata": {"name": "x"}, "spec": {"mode": "a", "name": None, "port": "http"}}
     crd.CustomResources().admit(sv, obj, creating=True)
     obj["spec"]["port"] = 80
     crd.CustomResources().admit(sv, obj, creating=False)
