@@ -389,7 +389,12 @@ def validate_crd(crd: Obj, old: Obj | None) -> FieldErrors:
 
 
 def crd_warnings(crd: Obj) -> list[str]:
+    """What a CRD asks for that this server does not do (accepted, but never silently)."""
     out = []
+    conv = (crd.get("spec") or {}).get("conversion")
+    if isinstance(conv, dict) and conv.get("strategy") not in (None, "None"):
+        out.append(f"spec.conversion.strategy: {conv.get('strategy')} conversion is not supported by this API "
+                   "server: objects are served in every version with only apiVersion rewritten (strategy None)")
     for v in (crd.get("spec") or {}).get("versions") or []:
         if isinstance(v, dict) and _has_cel((v.get("schema") or {}).get("openAPIV3Schema")):
             out.append(f"spec.versions[{v.get('name')}].schema.openAPIV3Schema: x-kubernetes-validations (CEL) "

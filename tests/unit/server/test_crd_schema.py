@@ -101,3 +101,11 @@ def test_openapi_v2_lists_patch_operations_with_field_validation() -> None:
     assert any(p["name"] == "fieldValidation" and p["in"] == "query" for p in patch["parameters"])
     raw = openapiv2.to_protobuf(doc)
     assert raw.startswith(b"\n\x032.0") and b"x-kubernetes-group-version-kind" in raw
+
+
+def test_unsupported_crd_features_are_warned_about() -> None:
+    obj = {"spec": {"conversion": {"strategy": "Webhook"}, "versions": [
+        {"name": "v1", "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-validations": [{"rule": "1"}]}}}]}}
+    warnings = crd.crd_warnings(obj)
+    assert any("Webhook conversion is not supported" in w for w in warnings)
+    assert any("x-kubernetes-validations (CEL) rules are not evaluated" in w for w in warnings)
