@@ -300,6 +300,13 @@ class ClusterDNS:
 
     async def handle(self, data: bytes, udp: bool = True) -> bytes | None:
         """The reply bytes for one query message (None for garbage that is not worth an answer)."""
+        out = self.handle_local(data, udp)
+        if isinstance(out, DNSRecord):
+            return await self._forward(data, out)
+        return out
+
+    def handle_local(self, data: bytes, udp: bool = True) -> bytes | DNSRecord | None:
+        """Like :meth:`handle` without awaiting: the parsed request when it must be forwarded."""
         try:
             req = DNSRecord.parse(data)
         except Exception:  # dnslib raises DNSError and assorted struct errors on junk
@@ -316,7 +323,7 @@ class ClusterDNS:
             reply = req.reply()
             reply.header.rcode = RCODE.SERVFAIL
         if reply is None:
-            return await self._forward(data, req)
+            return req
         out = bytes(reply.pack())
         if udp and len(out) > 512:
             reply = req.reply()
@@ -344,13 +351,17 @@ class ClusterDNS:
                 self.transport = transport  # type: ignore[assignment]
 
             def datagram_received(self, data: bytes, addr: Any) -> None:
-                t = asyncio.ensure_future(self._reply(data, addr))
-                dns._tasks.add(t)
-                t.add_done_callback(dns._tasks.discard)
+                out = dns.handle_local(data, udp=True)  # cluster names: answered right here
+                if isinstance(out, DNSRecord):  # other names: forwarded in a task
+                    t = asyncio.ensure_future(self._forward(data, out, addr))
+                    dns._tasks.add(t)
+                    t.add_done_callback(dns._tasks.discard)
+                elif out is not None:
+                    self.transport.sendto(out, addr)
 
-            async def _reply(self, data: bytes, addr: Any) -> None:
-                out = await dns.handle(data, udp=True)
-                if out is not None and not self.transport.is_closing():
+            async def _forward(self, data: bytes, req: DNSRecord, addr: Any) -> None:
+                out = await dns._forward(data, req)
+                if not self.transport.is_closing():
                     self.transport.sendto(out, addr)
 
         transport, _ = await loop.create_datagram_endpoint(_Udp, sock=udp)

@@ -76,14 +76,29 @@ def test_headless_and_external_name_services_get_no_rules() -> None:
 
 
 def test_only_prefixed_chains_are_declared_and_stale_ones_deleted() -> None:
-    first = rules.build_rules(rules.service_ports([svc()], [eps("web", ("198.18.0.2", READY))]), prefix="PYK7")
+    first = rules.build_rules(rules.service_ports([svc(), svc("db", clusterIP="198.18.128.11")],
+                                                  [eps("web", ("198.18.0.2", READY)), eps("db", ("198.18.0.4", READY))]),
+                              prefix="PYK7")
     second = rules.build_rules(rules.service_ports([svc()], [eps("web", ("198.18.0.3", READY))]), prefix="PYK7",
                                existing=first.chains)
     declared = [line[1:].split()[0] for t in (second.nat, second.filter) for line in t.splitlines()
                 if line.startswith(":")]
     assert all(c.startswith("PYK7-") and len(c) <= 28 for c in declared)
     deleted = [line.split()[1] for line in second.nat.splitlines() if line.startswith("-X ")]
-    assert len(deleted) == 1 and deleted[0].startswith("PYK7-SEP-")
+    assert len(deleted) == 1 and deleted[0].startswith("PYK7-SVC-")
+
+
+def test_partial_sync_rewrites_only_the_changed_service_chain() -> None:
+    services = [svc(), svc("db", clusterIP="198.18.128.11")]
+    first = rules.build_rules(rules.service_ports(services, [eps("web", ("198.18.0.2", READY)),
+                                                             eps("db", ("198.18.0.4", READY))]))
+    assert rules.changed_text(first, first.content) == ""
+    second = rules.build_rules(rules.service_ports(services, [eps("web", ("198.18.0.3", READY)),
+                                                              eps("db", ("198.18.0.4", READY))]))
+    text = rules.changed_text(second, first.content)
+    assert [line for line in text.splitlines() if line.startswith(":")] == [
+        f":PYK-SVC-{rules.chain_hash('default/web:http', 'TCP')} - [0:0]"]
+    assert "198.18.0.3:8080" in text and "198.18.0.4" not in text
 
 
 def test_cleanup_finds_our_jumps_and_chains_in_iptables_save_output() -> None:

@@ -3,9 +3,10 @@
 Like kube-proxy's iptables ``Proxier``: two list+watch loops keep caches of Services and
 EndpointSlices; any change marks the proxy dirty and a sync runs at most every ``min_sync_period``
 (default 0.1 s, so a readiness change reaches the rules well within a probe period) and at least
-every ``sync_period`` (a full rebuild, which also repairs rules someone else removed).  Each sync
-generates the complete rule text (:mod:`pykubelet.agent.proxy.rules`) and applies it with
-``iptables-restore -w --noflush`` per table, which is atomic per table; the jumps from the builtin
+every ``sync_period`` (30 s).  Each sync generates the complete rules
+(:mod:`pykubelet.agent.proxy.rules`); the periodic (and first) sync applies all of them with
+``iptables-restore -w --noflush``, atomic per table, which also repairs rules someone else removed,
+and the syncs in between apply only the chains whose rules changed (upstream's partial sync); the jumps from the builtin
 chains are ensured with ``iptables -C``/``-I`` (inserted first, as kube-proxy does).  ``stop()``
 removes the jumps and every chain of ours, so nothing is left after Ctrl-C.  Blocking commands run
 off the loop (``asyncio.to_thread``).
@@ -151,6 +152,8 @@ class ServiceProxy:
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._chains: dict[str, set[str]] = {}
+        self._applied: dict[str, dict[str, list[str]]] = {}  # content of the last sync (partial syncs)
+        self._last_full = 0.0
         self.last_sync_seconds = 0.0
         self.syncs = 0
 
@@ -181,8 +184,9 @@ class ServiceProxy:
             self._dirty.clear()
             try:
                 await asyncio.to_thread(self.sync)
-            except Exception as e:  # keep serving; the next change or period retries
+            except Exception as e:  # keep serving; the next change or period retries (in full)
                 log.error("service proxy: sync failed: %s", e)
+                self._applied = {}
                 self._dirty.set()
                 await asyncio.sleep(1.0)
             await asyncio.sleep(self.min_sync_period)
@@ -191,13 +195,22 @@ class ServiceProxy:
         """One full rebuild (blocking)."""
         t0 = time.perf_counter()
         ports = rules.service_ports(list(self.services.items.values()), list(self.slices.items.values()))
-        if not self._chains:
+        full = not self._applied or time.monotonic() - self._last_full >= self.sync_period
+        if full:
             self._chains = {t: rules.our_chains(self.ipt.save(t), self.prefix) for t in ("nat", "filter")}
         rs = rules.build_rules(ports, prefix=self.prefix, masquerade_bit=self.masquerade_bit, existing=self._chains)
-        self.ipt.restore(rs.filter + rs.nat)
+        if full:  # everything, which also repairs chains someone else changed
+            self._applied = {}
+            self.ipt.restore(rs.filter + rs.nat)
+            for table, chain, spec in rules.jump_rules(self.prefix):
+                self.ipt.ensure_jump(table, chain, spec)
+            self._last_full = time.monotonic()
+        else:
+            text = rules.changed_text(rs, self._applied)
+            if text:
+                self.ipt.restore(text)
+        self._applied = rs.content
         self._chains = rs.chains
-        for table, chain, spec in rules.jump_rules(self.prefix):
-            self.ipt.ensure_jump(table, chain, spec)
         self.last_sync_seconds = time.perf_counter() - t0
         self.syncs += 1
         log.debug("service proxy: %d service ports synced in %.3fs", len(ports), self.last_sync_seconds)
@@ -218,3 +231,4 @@ class ServiceProxy:
                 except IptablesError as e:
                     log.warning("service proxy cleanup of %s: %s", table, e)
         self._chains = {}
+        self._applied = {}
