@@ -54,6 +54,7 @@ import sys
 import time
 from pathlib import Path
 
+from pykubelet.agent.proxy.proxier import proxy_unavailable, remove_rules
 from pykubelet.up import hollow
 from pykubelet.up.containerd import DEFAULT_CGROUP_PARENT, PrivateContainerd, validate_pod_cidr
 from pykubelet.up.images import ImageError, bootstrap_images, build_all
@@ -353,7 +354,7 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
         _progress(f"error: {e}")
         rc = 1
     finally:
-        rc = await _shutdown(sup, cd, rc)
+        rc = await _shutdown(sup, cd, rc, "" if args.agent_command else proxy_chain_prefix(args))
         if reg is not None:
             await asyncio.to_thread(reg.stop)  # when the supervisor did not take it over yet
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -397,10 +398,13 @@ async def _fill_mirror(reg: LocalRegistry | None, cd: PrivateContainerd | None, 
               f" ({len(copied)} image(s) copied)")
 
 
-async def _shutdown(sup: Supervisor | None, cd: PrivateContainerd | None, rc: int) -> int:
+async def _shutdown(sup: Supervisor | None, cd: PrivateContainerd | None, rc: int, proxy_prefix: str = "") -> int:
     if sup is not None:
         with contextlib.suppress(KeyError):
             await sup["agent"].stop()
+    if proxy_prefix and os.geteuid() == 0 and not proxy_unavailable():
+        # the agent removes its service proxy rules when it stops; this covers a killed agent
+        await asyncio.to_thread(remove_rules, proxy_prefix)
     if cd is not None and cd.running:
         with contextlib.suppress(Exception):
             await cd.stop_all_sandboxes()

@@ -72,6 +72,25 @@ class Iptables:
         _run(["iptables", "-w", "-t", table, *args])
 
 
+def remove_rules(prefix: str, ipt: Iptables | None = None) -> None:
+    """Remove every jump into and every chain named ``<prefix>-*`` (blocking; idempotent)."""
+    ipt = ipt or Iptables()
+    for table in ("nat", "filter"):
+        try:
+            saved = ipt.save(table)
+        except IptablesError as e:
+            log.warning("service proxy cleanup: %s", e)
+            continue
+        for args in rules.our_jumps(saved, prefix):
+            ipt.delete(table, args)
+        text = rules.cleanup_text(table, rules.our_chains(saved, prefix))
+        if text:
+            try:
+                ipt.restore(text)
+            except IptablesError as e:
+                log.warning("service proxy cleanup of %s: %s", table, e)
+
+
 def proxy_unavailable() -> str:
     """Why the iptables proxy cannot run here ("" when it can)."""
     for tool in ("iptables", "iptables-save", "iptables-restore"):
@@ -216,19 +235,6 @@ class ServiceProxy:
         log.debug("service proxy: %d service ports synced in %.3fs", len(ports), self.last_sync_seconds)
 
     def _remove_all(self) -> None:
-        for table in ("nat", "filter"):
-            try:
-                saved = self.ipt.save(table)
-            except IptablesError as e:
-                log.warning("service proxy cleanup: %s", e)
-                continue
-            for args in rules.our_jumps(saved, self.prefix):
-                self.ipt.delete(table, args)
-            text = rules.cleanup_text(table, rules.our_chains(saved, self.prefix))
-            if text:
-                try:
-                    self.ipt.restore(text)
-                except IptablesError as e:
-                    log.warning("service proxy cleanup of %s: %s", table, e)
+        remove_rules(self.prefix, self.ipt)
         self._chains = {}
         self._applied = {}
