@@ -7,8 +7,8 @@ logs`` and ``crictl rmi --prune``. This is the common part of it, with crictl's 
 ``--no-trunc``, ``-o json|yaml|table``), ``pods`` (``--name``, ``--namespace``, ``--state``,
 ``--label``, ``-q``, ``-l``, ``-n``, ``--no-trunc``, ``-o``), ``images`` (``-q``, ``--digests``,
 ``--no-trunc``, ``-o``), ``inspect``/``inspectp`` (verbose status as JSON), ``logs`` (``-f``,
-``--tail``, ``--timestamps``, ``-p``: read from the CRI log file like crictl does), ``exec`` (ExecSync:
-``-i``/``-t`` streams are not supported), ``stats`` (CPU % from two samples a second apart when the
+``--tail``, ``--timestamps``, ``-p``: read from the CRI log file like crictl does), ``exec`` (ExecSync, or
+a terminal session with ``-it`` over the runtime's streaming server, see :mod:`.stream`), ``stats`` (CPU % from two samples a second apart when the
 runtime gives no nano-core rate) and ``rmi`` (``--prune``: every image no container uses, except
 pinned ones and the runtime's sandbox image; ``-a``).
 
@@ -346,12 +346,18 @@ class Crictl:
             f.close()
 
     async def exec(self, a: argparse.Namespace) -> int:
-        if a.interactive or a.tty:
-            raise ValueError("interactive exec (-i/-t) is not supported by pykubelet crictl; "
-                             "run without -i/-t, or use kubectl exec -it")
-        cmd = [c for c in a.command if c != "--"] if a.command[:1] == ["--"] else list(a.command)
+        cmd = a.command[1:] if a.command[:1] == ["--"] else list(a.command)
         if not cmd:
             raise ValueError("exec: a command is required (crictl exec ID CMD...)")
+        if a.interactive != a.tty:
+            raise ValueError("exec: -i and -t go together (a terminal session: -it); without a terminal run "
+                             "the command without -i/-t")
+        if a.tty:
+            from pykubelet.crictl.stream import run_terminal
+
+            cid = await self._resolve_container(a.id)
+            resp = await self.rt.exec(pb.ExecRequest(container_id=cid, cmd=cmd, tty=True, stdin=True, stdout=True))
+            return await run_terminal(resp.url)
         resp = await self.rt.exec_sync(await self._resolve_container(a.id), cmd, a.exec_timeout)
         sys.stdout.buffer.write(resp.stdout)
         sys.stdout.flush()
