@@ -37,8 +37,8 @@ from pykubelet.server import (
     admission,
     admissionplugins,
     apps,
-    crd,
     batchvalidation,
+    crd,
     events_conv,
     garbagecollection,
     managedfields,
@@ -48,8 +48,8 @@ from pykubelet.server import (
     storagevalidation,
     tables,
 )
-from pykubelet.server.authadmission import AuthAdmission
 from pykubelet.server.auth import PKI, Attributes, Authorizer, TokenAuth, UserInfo, csr_subject
+from pykubelet.server.authadmission import AuthAdmission
 from pykubelet.server.errors import (
     StatusError,
     bad_request,
@@ -62,7 +62,7 @@ from pykubelet.server.errors import (
 from pykubelet.server.patch import apply_patch, strategic_merge
 from pykubelet.server.resources import BY_GVR, BY_KEY, ResourceInfo, namespaced_resources
 from pykubelet.server.selectors import parse_field_selector, parse_label_selector
-from pykubelet.server.services import ServiceAllocator, kubernetes_endpoints
+from pykubelet.server.services import ServiceAllocator, kubernetes_endpoints, validate_endpoint_slice
 from pykubelet.server.storage import Obj, Storage
 from pykubelet.server.validation import (
     resource_version_error,
@@ -157,7 +157,7 @@ class Registry:
         if self.store.peek(sc_ri.key, "", DEFAULT_STORAGE_CLASS["metadata"]["name"]) is None:
             self._create_obj(sc_ri, "", copy.deepcopy(DEFAULT_STORAGE_CLASS), sys_ctx)
         rbac.ensure_defaults(lambda key, name: self.store.peek(key, "", name),
-                             lambda key, obj: self._create_obj(BY_KEY[key], "", obj, sys_ctx) and None)
+                             lambda key, obj: self._create_obj(BY_KEY[key], "", obj, sys_ctx))
         self._spawn(self.auth_admission.aggregation_loop())
         self.crds.load([o for _, o in self.store.iter_raw(crd.CRD_KEY)])
         admissionplugins.bootstrap(self.store, lambda r, o: self._create_obj(r, "", o, sys_ctx))
@@ -403,6 +403,8 @@ class Registry:
             errs += storagevalidation.validate_pv(obj, old if sub == "" else None)
         elif not errs and ri.resource == "persistentvolumeclaims":
             errs += storagevalidation.validate_pvc(obj, old if sub == "" else None)
+        elif not errs and ri.resource == "endpointslices":
+            errs += validate_endpoint_slice(obj)
         elif not errs and ri.resource == "storageclasses":
             errs += storagevalidation.validate_storage_class(obj, old)
         elif not errs and ri.group == "apps":

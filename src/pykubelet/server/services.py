@@ -340,3 +340,64 @@ def kubernetes_endpoints(address: str, port: int) -> tuple[Obj, Obj]:
                                   "conditions": {"ready": True, "serving": True, "terminating": False}}],
                    "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}
     return ep, slice_
+
+
+def validate_endpoint_slice(sl: Obj) -> Causes:
+    """Upstream ``ValidateEndpointSlice`` (the part that keeps readers safe): addressType, endpoint
+    addresses (1-100, valid for the type), boolean conditions, at most 100 ports with valid numbers
+    and protocols.  The body is not type-decoded by a schema, so wrong shapes are refused here."""
+    errs: Causes = []
+    at = sl.get("addressType")
+    if at not in ("IPv4", "IPv6", "FQDN"):
+        errs.append(("addressType", f'Unsupported value: "{at}": supported values: "FQDN", "IPv4", "IPv6"'
+                     if at else "Required value"))
+    eps = sl.get("endpoints")
+    if eps is not None and not isinstance(eps, list):
+        return [*errs, ("endpoints", "Invalid value: must be a list")]
+    for i, ep in enumerate(eps or []):
+        f = f"endpoints[{i}]"
+        if not isinstance(ep, dict):
+            errs.append((f, "Invalid value: must be an object"))
+            continue
+        addrs = ep.get("addresses")
+        if not isinstance(addrs, list) or not addrs:
+            errs.append((f"{f}.addresses", "Required value: must contain at least 1 address"))
+        elif len(addrs) > 100:
+            errs.append((f"{f}.addresses", f"Too many: {len(addrs)}: must have at most 100 items"))
+        else:
+            for j, a in enumerate(addrs):
+                try:
+                    ok = (at == "FQDN" and isinstance(a, str) and bool(a)) or \
+                        ipaddress.ip_address(str(a)).version == (4 if at == "IPv4" else 6)
+                except ValueError:
+                    ok = False
+                if not ok:
+                    errs.append((f"{f}.addresses[{j}]", f'Invalid value: "{a}": must be a valid {at} address'))
+        conds = ep.get("conditions")
+        if conds is not None and not isinstance(conds, dict):
+            errs.append((f"{f}.conditions", "Invalid value: must be an object"))
+        for k, v in (conds or {}).items() if isinstance(conds, dict) else []:
+            if v is not None and not isinstance(v, bool):
+                errs.append((f"{f}.conditions.{k}", f"Invalid value: {v!r}: must be a boolean"))
+        for k in ("hostname", "nodeName"):
+            if ep.get(k) is not None and not isinstance(ep.get(k), str):
+                errs.append((f"{f}.{k}", "Invalid value: must be a string"))
+    ports = sl.get("ports")
+    if ports is not None and not isinstance(ports, list):
+        return [*errs, ("ports", "Invalid value: must be a list")]
+    if ports and len(ports) > 100:
+        errs.append(("ports", f"Too many: {len(ports)}: must have at most 100 items"))
+    for i, p in enumerate(ports or []):
+        if not isinstance(p, dict):
+            errs.append((f"ports[{i}]", "Invalid value: must be an object"))
+            continue
+        port = p.get("port")
+        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535):
+            errs.append((f"ports[{i}].port", f"Invalid value: {port!r}: must be between 0 and 65535, inclusive"))
+        proto = p.get("protocol", "TCP")
+        if proto not in PROTOCOLS:
+            errs.append((f"ports[{i}].protocol",
+                         f'Unsupported value: "{proto}": supported values: "SCTP", "TCP", "UDP"'))
+        if p.get("name") is not None and not isinstance(p.get("name"), str):
+            errs.append((f"ports[{i}].name", "Invalid value: must be a string"))
+    return errs

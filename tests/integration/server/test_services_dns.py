@@ -193,3 +193,19 @@ async def test_kubectl_get_endpoints_and_slices_print_upstream_columns(srv: Serv
     assert lines[1].split()[:2] == ["endpoints/kubernetes", f"127.0.0.1:{port}"]
     assert lines[3].split() == ["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"]
     assert lines[4].split()[:4] == ["endpointslice.discovery.k8s.io/kubernetes", "IPv4", port, "127.0.0.1"]
+
+
+async def test_malformed_endpoint_slices_are_refused_and_dns_keeps_answering(srv: ServerHandle,
+                                                                            api: ApiClient) -> None:
+    base = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
+    bad = [({"endpoints": "x"}, "endpoints"), ({"endpoints": [{"addresses": ["not-an-ip"]}]}, "endpoints[0].addresses[0]"),
+           ({"endpoints": [{"addresses": ["198.18.0.2"], "conditions": {"ready": "yes"}}]},
+            "endpoints[0].conditions.ready"),
+           ({"ports": [{"port": 70000}]}, "ports[0].port"), ({"addressType": "IPX"}, "addressType")]
+    for extra, field in bad:
+        body = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": "bad"},
+                "addressType": "IPv4", **extra}
+        with pytest.raises(ApiError) as e:
+            await api.create(base, body)
+        assert e.value.status == 422 and field in e.value.message, e.value.message
+    assert answers(await query(srv, "kubernetes.default.svc.cluster.local")) == ["198.18.128.1"]
