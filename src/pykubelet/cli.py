@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "images": ("pykubelet.up.images_cli", "the node's images: bootstrap the offline set, load, list"),
     "crictl": ("pykubelet.crictl.main", "inspect the node's runtime like crictl (ps, logs, images, rmi...)"),
     "fakecri": ("pykubelet.fakecri.main", "serve the in-memory fake CRI runtime on a unix socket"),
+    "token": ("pykubelet.server.tokencli", "bootstrap tokens for joining nodes: create, list, delete"),
     "hollow": ("pykubelet.up.hollow", "N hollow nodes (agents on fake runtimes) to scale-test a control plane"),
 }
 

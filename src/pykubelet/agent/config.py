@@ -554,6 +554,9 @@ class AgentOptions:
     config: KubeletConfiguration = field(default_factory=KubeletConfiguration)
     config_path: Path | None = None
     kubeconfig: Path | None = None
+    # TLS bootstrap (upstream --bootstrap-kubeconfig, --cert-dir; agent/certificate)
+    bootstrap_kubeconfig: Path | None = None
+    cert_dir: Path | None = None
     node_name: str = ""
     hostname: str = ""
     node_ip: str | None = None
@@ -726,6 +729,11 @@ def _build_parser() -> _ArgParser:
                    description="Run the pykubelet node agent (a Kubernetes kubelet).")
     p.add_argument("--config", default=None, help="KubeletConfiguration file (YAML or JSON)")
     p.add_argument("--kubeconfig", default=None, help="kubeconfig for the API server; omit for standalone mode")
+    p.add_argument("--bootstrap-kubeconfig", default=None,
+                   help="kubeconfig with a bootstrap token: without a valid client certificate the agent "
+                        "requests one by CSR and writes --kubeconfig to use it")
+    p.add_argument("--cert-dir", default=None, help="where TLS bootstrap and rotation keep certificates "
+                   "(default: <root-dir>/pki)")
     p.add_argument("--hostname-override", default=None)
     p.add_argument("--node-ip", default=None)
     p.add_argument("--container-runtime-endpoint", default=None)
@@ -821,6 +829,8 @@ def load_options(argv: Sequence[str]) -> AgentOptions:
         config=config,
         config_path=config_path,
         kubeconfig=Path(ns.kubeconfig) if ns.kubeconfig else None,
+        bootstrap_kubeconfig=Path(ns.bootstrap_kubeconfig) if ns.bootstrap_kubeconfig else None,
+        cert_dir=Path(ns.cert_dir) if ns.cert_dir else root_dir / "pki",
         node_name=node_name,
         hostname=(ns.hostname_override or hostname).strip().lower(),
         node_ip=ns.node_ip,

@@ -17,6 +17,7 @@ What it follows from upstream client-go:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -90,6 +91,7 @@ class ApiClient:
             self._ssl = ctx
         self._session: aiohttp.ClientSession | None = None
         self._tmpfiles: list[str] = []
+        self._closing: set[asyncio.Task[None]] = set()
 
     # --- construction -------------------------------------------------------------------------
 
@@ -163,6 +165,18 @@ class ApiClient:
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
             )
         return self._session
+
+    def reload_client_certificate(self, cert_file: str, key_file: str) -> None:
+        """Present a renewed client certificate from now on (kubelet certificate rotation): it is
+        loaded into the TLS context and pooled connections, authenticated with the old one, are
+        dropped (upstream's ``closeAllConns``); callers retry or re-watch as after any reconnect."""
+        if isinstance(self._ssl, ssl.SSLContext):
+            self._ssl.load_cert_chain(cert_file, key_file)
+        old, self._session = self._session, None
+        if old is not None and not old.closed:
+            task = asyncio.get_running_loop().create_task(old.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         if self._session is not None:

@@ -46,6 +46,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from pykubelet.server import bootstrap_tokens
 from pykubelet.server.nodeauthorizer import NodeAuthorizer
 from pykubelet.server.rbac import RBACAuthorizer, Request
 
@@ -96,13 +97,15 @@ def sign_cert(ca_cert: x509.Certificate, ca_key: Any, public_key: Any, subject: 
               server: bool, client: bool, sans: list[x509.GeneralName] | None = None,
               days: float = 365) -> x509.Certificate:
     now = _now()
+    # upstream's signer backdates by 5 minutes (clock skew), but by at most 10% of a short lifetime
+    backdate = min(dt.timedelta(minutes=5), dt.timedelta(days=days) / 10)
     eku = []
     if server:
         eku.append(ExtendedKeyUsageOID.SERVER_AUTH)
     if client:
         eku.append(ExtendedKeyUsageOID.CLIENT_AUTH)
     b = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_cert.subject).public_key(public_key)
-         .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+         .serial_number(x509.random_serial_number()).not_valid_before(now - backdate)
          .not_valid_after(now + dt.timedelta(days=days))
          .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
          .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True, content_commitment=False,
@@ -126,6 +129,9 @@ class PKI:
         self.kubelet_client_crt = self.dir / "apiserver-kubelet-client.crt"
         self.kubelet_client_key = self.dir / "apiserver-kubelet-client.key"
         self.sa_key = self.dir / "sa.key"
+        # kube-controller-manager --cluster-signing-duration: the longest certificate the CSR
+        # signer issues (a CSR's spec.expirationSeconds may ask for less)
+        self.signing_duration = 365 * 86400.0
         # Addresses pods reach the API server on (advertise address, the kubernetes Service's
         # ClusterIP): SANs of the serving cert, which is re-issued when one is missing.
         self.extra_ips: list[str] = []
@@ -194,6 +200,11 @@ class PKI:
     def sign_csr(self, csr_pem: bytes, signer: str, usages: list[str], expiration_seconds: int | None) -> bytes:
         """Sign a PKCS#10 request with the CA (the csrsigning controller's job upstream)."""
         csr = x509.load_pem_x509_csr(csr_pem)
+        if signer in ("kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving"):
+            cn, orgs = csr_subject(csr_pem)
+            if orgs != ["system:nodes"] or not cn.startswith("system:node:"):
+                raise ValueError(f"invalid signer request for {signer}: subject must be O=system:nodes, "
+                                 "CN=system:node:<nodeName>")
         ca_cert, ca_key = _load_cert(self.ca_crt), _load_key(self.ca_key)
         sans: list[x509.GeneralName] = []
         try:
@@ -203,7 +214,9 @@ class PKI:
             pass
         server = "server auth" in usages or signer == "kubernetes.io/kubelet-serving"
         client = "client auth" in usages or signer.endswith("-client") or signer.endswith("client-kubelet")
-        days = (expiration_seconds / 86400) if expiration_seconds else 365
+        seconds = min(float(expiration_seconds), self.signing_duration) if expiration_seconds \
+            else self.signing_duration
+        days = seconds / 86400
         cert = sign_cert(ca_cert, ca_key, csr.public_key(), csr.subject, server=server, client=client,
                          sans=sans or None, days=days)
         return cert.public_bytes(serialization.Encoding.PEM)
@@ -247,6 +260,8 @@ class TokenAuth:
         # Checks a verified JWT's bound objects still exist (the registry's, as upstream's
         # validator reads them from the API): returns why the token is no longer valid, or "".
         self.claims_validator: Callable[[dict[str, Any]], str] | None = None
+        # Reads a Secret (namespace, name) for bootstrap tokens; set once storage is open.
+        self.secret_lookup: Callable[[str, str], dict[str, Any] | None] | None = None
 
     def _reload(self) -> None:
         try:
@@ -297,6 +312,8 @@ class TokenAuth:
             if "system:authenticated" not in groups:
                 groups.append("system:authenticated")
             return UserInfo(u.name, u.uid, groups), ""
+        if self.secret_lookup is not None and (boot := bootstrap_tokens.authenticate(token, self.secret_lookup)):
+            return UserInfo(boot[0], "", boot[1]), ""
         claims = self.verify_sa_token(token, audiences or [ISSUER])
         if claims is None:
             return None, "invalid bearer token"

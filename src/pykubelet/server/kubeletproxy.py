@@ -16,21 +16,29 @@ Upstream's pod REST storage (pkg/registry/core/pod/strategy.go ``LogLocation``/`
 * nodes/{n}/proxy/{path} → the same path on the kubelet (GET and friends), streamed back.
 
 The API server authenticates to the kubelet with its ``apiserver-kubelet-client`` certificate
-(``request.app[PKI_DIR]``); like upstream without ``--kubelet-certificate-authority`` it does not
-verify the kubelet's self-signed serving certificate. Failures become Status objects, never
-exceptions escaping to the client.
+(``request.app[PKI_DIR]``).  The kubelet's serving certificate is verified against the cluster CA
+when the CA issued it (a kubelet with ``serverTLSBootstrap`` got it through a
+``kubernetes.io/kubelet-serving`` CSR): :func:`kubelet_ssl_context` looks at the certificate the
+kubelet presents and, if the cluster CA signed it, dials with full verification (chain, validity,
+and the dialled address among its SANs), so another node's certificate or an expired one is
+refused; a self-signed one (the kubelet's fallback) is accepted unverified, as upstream does
+without ``--kubelet-certificate-authority``.  Failures become Status objects, never exceptions
+escaping to the client.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import ssl
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
 from aiohttp import web
+from cryptography.exceptions import InvalidSignature
 
 from pykubelet.common import upgradeproxy
 from pykubelet.common.apistatus import status_object
@@ -63,6 +71,64 @@ PKI_DIR = web.AppKey("pki_dir", Path)
 
 def _pki_dir(request: web.Request) -> Path | None:
     return request.app.get(PKI_DIR)
+
+
+_ISSUED_BY_CA: dict[tuple[str, int], tuple[bool, float]] = {}  # (host, port) -> (CA-issued, when seen)
+_ISSUER_TTL = 60.0
+
+
+def _issued_by(der: bytes, ca_pem: bytes) -> bool:
+    from cryptography import x509
+
+    try:
+        cert = x509.load_der_x509_certificate(der)
+        ca = x509.load_pem_x509_certificate(ca_pem)
+        if cert.issuer != ca.subject:
+            return False
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+async def _presented_cert(host: str, port: int) -> bytes | None:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        async with asyncio.timeout(10):
+            _r, w = await asyncio.open_connection(host, port, ssl=ctx)
+    except (OSError, TimeoutError, ssl.SSLError):
+        return None
+    try:
+        obj = w.get_extra_info("ssl_object")
+        return obj.getpeercert(binary_form=True) if obj is not None else None
+    finally:
+        w.close()
+        with contextlib.suppress(OSError, ssl.SSLError):
+            await w.wait_closed()
+
+
+async def kubelet_ssl_context(pki_dir: Path | None, base_url: str) -> ssl.SSLContext:
+    """The TLS context to dial a kubelet with: verifying when the cluster CA issued its certificate."""
+    ctx = client_ssl_context(pki_dir)
+    ca = pki_dir / "ca.crt" if pki_dir is not None else None
+    parsed = urlsplit(base_url)
+    if ca is None or not ca.exists() or parsed.hostname is None:
+        return ctx
+    key = (parsed.hostname, parsed.port or 10250)
+    loop = asyncio.get_running_loop()
+    seen = _ISSUED_BY_CA.get(key)
+    if seen is None or loop.time() - seen[1] > _ISSUER_TTL:
+        der = await _presented_cert(*key)
+        ca_pem = await asyncio.to_thread(ca.read_bytes)
+        seen = (der is not None and _issued_by(der, ca_pem), loop.time())
+        _ISSUED_BY_CA[key] = seen
+    if seen[0]:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.check_hostname = True  # the dialled address must be one of the certificate's SANs
+        ctx.load_verify_locations(cafile=str(ca))
+    return ctx
 
 
 def client_ssl_context(pki_dir: Path | None) -> ssl.SSLContext:
@@ -166,7 +232,7 @@ async def pod_subresource(request: web.Request, *, pod: dict[str, Any], node: di
     path, err = kubelet_path(pod, subresource, request.query)
     if err is not None or path is None:
         return _status(400, "BadRequest", err or "bad request")
-    ctx = client_ssl_context(_pki_dir(request))
+    ctx = await kubelet_ssl_context(_pki_dir(request), base)
     url = base + path
     if subresource == "log":
         return await _stream_get(request, url, ctx)
@@ -184,7 +250,7 @@ async def node_proxy(request: web.Request, *, node: dict[str, Any], path: str) -
         return _status(400, "BadRequest", "invalid path")
     qs = request.query_string
     url = base + quote(rel, safe="/:@!$&'()*+,;=-._~") + (("?" + qs) if qs else "")
-    ctx = client_ssl_context(_pki_dir(request))
+    ctx = await kubelet_ssl_context(_pki_dir(request), base)
     if upgradeproxy.is_upgrade_request(request):
         return await _proxy_upgrade(request, url, ctx)
     return await _stream_get(request, url, ctx)

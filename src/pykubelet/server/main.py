@@ -138,6 +138,7 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
     store = Storage(d / "state.db", history=history, transformer=transformer)
     await asyncio.to_thread(store.open)
     authorizer.bind(store)
+    tokens.secret_lookup = lambda ns, name: store.peek("secrets", ns, name)  # bootstrap tokens
     for resource, n in sorted(store.stale.items()):
         log.info("%d %s are stored in plain text or with a key that is no longer the first in the "
                  "encryption config; each is rewritten with the first provider on its next write "

@@ -356,7 +356,9 @@ class NodeRestriction:
         uid = (node_obj or {}).get("metadata", {}).get("uid")
         if uid != o.get("uid"):
             raise NodeRestrictionError(f"node {node} UID mismatch: expected {o.get('uid', '')} got {uid or ''}")
-        if spec.get("serviceAccountName"):
+        # The dev server's pod defaulting fills serviceAccountName "default" in even for mirror pods
+        # (upstream's ServiceAccount admission skips them); only another account is a reference.
+        if spec.get("serviceAccountName") not in (None, "", "default"):
             raise NodeRestrictionError(f'node "{node}" can not create pods that reference a service account')
         if pod_secret_names(pod):
             raise NodeRestrictionError(f'node "{node}" can not create pods that reference secrets')

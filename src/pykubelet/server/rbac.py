@@ -576,7 +576,7 @@ def default_cluster_role_bindings() -> list[Obj]:
     ]
 
 
-def ensure_defaults(peek: Callable[[str, str], Obj | None], create: Callable[[str, Obj], None]) -> None:
+def ensure_defaults(peek: Callable[[str, str], Obj | None], create: Callable[[str, Obj], object]) -> None:
     """Create the default roles and bindings that are missing (upstream's ``ensure-rbac`` post-start
     hook reconciles them on every start)."""
     roles = default_cluster_roles()

@@ -42,6 +42,8 @@ def validate_name(resource: str, name: str) -> str | None:
         if len(name) > 63 or not DNS1123_LABEL.match(name):
             return LABEL_MSG if len(name) <= 63 else "must be no more than 63 characters"
         return None
+    if resource in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"):
+        return None  # RBAC names are path segments only (ValidateRBACName): "system:node" is valid
     if resource in ("events",):  # event names are generated with dots and mixed parts; only length
         return None if 0 < len(name) <= 253 else "must be no more than 253 characters"
     if len(name) > 253:

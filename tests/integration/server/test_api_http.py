@@ -106,10 +106,12 @@ async def test_authn_authz(http33: Http) -> None:
                            "spec": {"user": "system:node:n1", "groups": ["system:nodes"],
                                     "resourceAttributes": {"verb": "get", "resource": "pods"}}})
     assert st == 201 and sar["status"]["allowed"] is True
-    (h.srv.data_dir / "policy.jsonl").write_text(json.dumps(
-        {"apiVersion": "abac.authorization.kubernetes.io/v1beta1", "kind": "Policy",
-         "spec": {"user": "system:serviceaccount:default:default", "namespace": "default", "resource": "pods",
-                  "apiGroup": "*", "readonly": True}}) + "\n")
+    st, _ = await h.req("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+                        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                         "metadata": {"name": "sa-view"},
+                         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+                         "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "default"}]})
+    assert st == 201
     assert (await h.req("GET", "/api/v1/namespaces/default/pods", token=sa_tok))[0] == 200
     assert (await h.req("POST", "/api/v1/namespaces/default/pods", pod("z"), token=sa_tok))[0] == 403
 

@@ -162,13 +162,14 @@ async def test_a_token_for_a_recreated_pod_of_the_same_name_is_rejected(http: Ht
                                f"claim ({first['metadata']['uid']})")
 
 
-async def test_a_policy_line_lets_a_pods_account_list_pods_in_its_namespace(http: Http) -> None:
+async def test_a_role_binding_lets_a_pods_account_list_pods_in_its_namespace(http: Http) -> None:
     created = await _create(http, pod("reader", uid=""))
     token = (await _pod_token(http, "reader", created["metadata"]["uid"]))["status"]["token"]
-    policy = {"apiVersion": "abac.authorization.kubernetes.io/v1beta1", "kind": "Policy",
-              "spec": {"user": "system:serviceaccount:default:default", "namespace": "default",
-                       "resource": "pods", "readonly": True}}
-    (http.srv.data_dir / "policy.jsonl").write_text(json.dumps(policy) + "\n")
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "reader"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+               "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "default"}]}
+    st, _ = await http.req("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", binding)
+    assert st == 201
     st, lst = await http.req("GET", "/api/v1/namespaces/default/pods", token=token)
     assert st == 200 and [p["metadata"]["name"] for p in lst["items"]] == ["reader"]
     st, _ = await http.req("GET", "/api/v1/namespaces/kube-system/pods", token=token)

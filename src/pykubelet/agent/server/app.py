@@ -90,18 +90,31 @@ class KubeletServer:
         self.streaming = StreamingHandlers(runtime=runtime, find_pod=self._find_pod)
         self.stats = stats.StatsProvider(runtime=runtime, node_name=self.node_name, root_dir=str(self.root_dir))
         self._runners: list[web.AppRunner] = []
+        # a CSR-issued serving certificate (serverTLSBootstrap) replaces the self-signed fallback
+        self.serving_cert: tuple[str, str] | None = None
+        self._tls: ssl.SSLContext | None = None
         self.ports: dict[str, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
+    def reload_tls(self, cert_file: str, key_file: str) -> None:
+        """Serve a new certificate from the next TLS handshake on (``serverTLSBootstrap``
+        rotation; open connections keep theirs)."""
+        self.serving_cert = (cert_file, key_file)
+        if self._tls is not None:
+            self._tls.load_cert_chain(cert_file, key_file)
+
     def _ssl_context(self) -> ssl.SSLContext:
         cert = self.config.tls_cert_file
         key = self.config.tls_private_key_file
+        if self.serving_cert is not None:
+            cert, key = self.serving_cert
         if not (cert and key):
             node_ip = self.options.node_ip or ""
             cert, key = ensure_self_signed(self.root_dir, self.node_name, [node_ip] if node_ip else [])
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(cert, key)
+        self._tls = ctx
         ca = self.config.authentication.x509.client_ca_file
         if ca:
             ctx.load_verify_locations(cafile=ca)
@@ -275,7 +288,9 @@ class KubeletServer:
             return status_response(400, "BadRequest", str(e))
         uid = (pod.get("metadata") or {}).get("uid")
         try:
-            c = await cri_helpers.pick_container(self.runtime, ns, name, container, uid=uid, previous=opts.previous)
+            status_id = cri_helpers.logs_container_id(pod.get("status") or {}, container, opts.previous)
+            c = await cri_helpers.pick_container(self.runtime, ns, name, container, uid=uid, previous=opts.previous,
+                                                 status_id=status_id)
             st = await cri_helpers.container_status(self.runtime, c.id)
         except cri_helpers.NotFound as e:
             return status_response(400, "BadRequest", str(e))

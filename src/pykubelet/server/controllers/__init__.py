@@ -37,6 +37,7 @@ REGISTRY: dict[str, str] = {
     "statefulset": "pykubelet.server.controllers.statefulset:StatefulSetController",
     "endpointslice": "pykubelet.server.controllers.endpointslice:EndpointSliceController",
     "endpoints": "pykubelet.server.controllers.endpoints:EndpointsController",
+    "csrapproving": "pykubelet.server.controllers.csrapprover:CSRApprover",
 }
 
 
