@@ -198,7 +198,8 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
                     log.error("--service-proxy: cannot run the service proxy: %s", why)
                     return 1
                 proxy = ServiceProxy(api, prefix=options.service_proxy_chain_prefix,
-                                     masquerade_bit=cfg.iptables_masquerade_bit, services=services)
+                                     masquerade_bit=cfg.iptables_masquerade_bit, services=services,
+                                     node_name=options.node_name)
                 await proxy.start()
                 stack.push_async_callback(_stopper("service proxy", proxy.stop, 30.0))
 

@@ -110,3 +110,18 @@ def test_cleanup_finds_our_jumps_and_chains_in_iptables_save_output() -> None:
     assert rules.our_jumps(saved, "PYK") == [["-D", "PREROUTING", "-m", "comment", "--comment",
                                               "pykubelet service portals", "-j", "PYK-SERVICES"]]
     assert "-X PYK-SERVICES" in rules.cleanup_text("nat", {"PYK-SERVICES"})
+
+
+def test_local_traffic_policies_keep_this_nodes_endpoints() -> None:
+    s = svc(type="NodePort", internalTrafficPolicy="Local", externalTrafficPolicy="Local",
+            ports=[{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}])
+    sl = eps("web", ("198.18.0.2", READY), ("198.18.0.3", READY))
+    sl["endpoints"][0]["nodeName"] = "n1"
+    sl["endpoints"][1]["nodeName"] = "n2"
+    [sp] = rules.service_ports([s], [sl], node_name="n1")
+    assert [e.ip for e in sp.endpoints] == ["198.18.0.2"]
+    assert sp.external_endpoints is not None and [e.ip for e in sp.external_endpoints] == ["198.18.0.2"]
+    rs = rules.build_rules([sp])
+    assert "-j PYK-SVL-" in rs.nat and dnat_targets(rs.nat) == ["198.18.0.2:8080", "198.18.0.2:8080"]
+    [none_here] = rules.service_ports([s], [sl], node_name="n3")
+    assert none_here.endpoints == [] and "--dport 30080 -j REJECT" in rules.build_rules([none_here]).filter

@@ -155,10 +155,11 @@ class ListWatchCache:
 class ServiceProxy:
     def __init__(self, api: WatchApi, *, prefix: str = "PYK", masquerade_bit: int = 14,
                  min_sync_period: float = 0.1, sync_period: float = 30.0, iptables: Iptables | None = None,
-                 services: ListWatchCache | None = None) -> None:
+                 services: ListWatchCache | None = None, node_name: str = "") -> None:
         if not _PREFIX.match(prefix):
             raise ValueError(f"service proxy chain prefix {prefix!r}: 1-7 upper-case letters/digits, a letter first")
         self.prefix = prefix
+        self.node_name = node_name  # for the Local traffic policies
         self.masquerade_bit = masquerade_bit
         self.min_sync_period = min_sync_period
         self.sync_period = sync_period
@@ -213,7 +214,8 @@ class ServiceProxy:
     def sync(self) -> None:
         """One full rebuild (blocking)."""
         t0 = time.perf_counter()
-        ports = rules.service_ports(list(self.services.items.values()), list(self.slices.items.values()))
+        ports = rules.service_ports(list(self.services.items.values()), list(self.slices.items.values()),
+                                    self.node_name)
         full = not self._applied or time.monotonic() - self._last_full >= self.sync_period
         if full:
             self._chains = {t: rules.our_chains(self.ipt.save(t), self.prefix) for t in ("nat", "filter")}

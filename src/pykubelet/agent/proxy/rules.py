@@ -8,7 +8,9 @@ nat table
   ``<P>-SERVICES``   one rule per ClusterIP:port (``-d <ip>/32 -p <proto> --dport <port>``) jumping
                      to that port's ``<P>-SVC-<hash>``; last, ``-m addrtype --dst-type LOCAL`` to
                      ``<P>-NODEPORTS`` (jumped to from PREROUTING and OUTPUT)
-  ``<P>-NODEPORTS``  ``--dport <nodePort>`` -> ``<P>-EXT-<hash>`` (marks for masquerade, then SVC)
+  ``<P>-NODEPORTS``  ``--dport <nodePort>`` -> ``<P>-EXT-<hash>`` (marks for masquerade, then SVC,
+                     or with ``externalTrafficPolicy: Local`` ``<P>-SVL-<hash>``: this node's
+                     endpoints only; ``internalTrafficPolicy: Local`` narrows SVC the same way)
   ``<P>-SVC-<hash>`` mark for masquerade; session affinity (``-m recent --rcheck --seconds T
                      --reap``) first; then one DNAT rule per endpoint with ``-m statistic --mode
                      random --probability 1/(n-i)`` (the last without), so each endpoint gets 1/n
@@ -66,7 +68,9 @@ class ServicePort:
     port: int
     node_port: int = 0
     affinity_seconds: int = 0  # > 0: sessionAffinity ClientIP
-    endpoints: list[Endpoint] = field(default_factory=list)
+    endpoints: list[Endpoint] = field(default_factory=list)  # for the ClusterIP (internalTrafficPolicy)
+    # for the NodePort (externalTrafficPolicy); None: the same as ``endpoints``
+    external_endpoints: list[Endpoint] | None = None
 
     @property
     def id(self) -> str:
@@ -87,8 +91,17 @@ def _usable(ep: Obj) -> tuple[bool, bool]:
     return ready, bool(serving) and c.get("terminating") is True
 
 
-def service_ports(services: Iterable[Obj], slices: Iterable[Obj]) -> list[ServicePort]:
-    """What to program: every port of every ClusterIP/NodePort/LoadBalancer Service with an IP."""
+def _pick(eps: list[tuple[Endpoint, bool, bool, str]], node: str | None) -> list[Endpoint]:
+    """Ready endpoints (of ``node`` only, unless None), else the serving-terminating ones."""
+    mine = [e for e in eps if node is None or e[3] == node]
+    chosen = [e[0] for e in mine if e[1]] or [e[0] for e in mine if e[2]]
+    return sorted(set(chosen), key=lambda e: (e.ip, e.port))
+
+
+def service_ports(services: Iterable[Obj], slices: Iterable[Obj], node_name: str = "") -> list[ServicePort]:
+    """What to program: every port of every ClusterIP/NodePort/LoadBalancer Service with an IP.
+    ``internalTrafficPolicy``/``externalTrafficPolicy: Local`` keep the endpoints whose
+    ``nodeName`` is ``node_name`` (for the ClusterIP / the NodePort respectively), as upstream."""
     by_svc: dict[tuple[str, str], list[Obj]] = {}
     for sl in slices:
         meta = sl.get("metadata") or {}
@@ -112,8 +125,7 @@ def service_ports(services: Iterable[Obj], slices: Iterable[Obj]) -> list[Servic
             sp = ServicePort(ns, name, pname, proto, ip, int(p.get("port") or 0),
                              int(p.get("nodePort") or 0) if spec.get("type") in ("NodePort", "LoadBalancer") else 0,
                              affinity)
-            ready: list[Endpoint] = []
-            fallback: list[Endpoint] = []
+            eps: list[tuple[Endpoint, bool, bool, str]] = []
             for sl in by_svc.get((ns, name), []):
                 port = next((int(x.get("port") or 0) for x in sl.get("ports") or []
                              if (x.get("name") or "") == pname and (x.get("protocol") or "TCP") == proto), 0)
@@ -122,8 +134,10 @@ def service_ports(services: Iterable[Obj], slices: Iterable[Obj]) -> list[Servic
                 for ep in sl.get("endpoints") or []:
                     is_ready, is_fallback = _usable(ep)
                     for addr in (ep.get("addresses") or [])[:1]:
-                        (ready if is_ready else fallback if is_fallback else []).append(Endpoint(str(addr), port))
-            sp.endpoints = sorted(set(ready or fallback), key=lambda e: (e.ip, e.port))
+                        eps.append((Endpoint(str(addr), port), is_ready, is_fallback, str(ep.get("nodeName") or "")))
+            sp.endpoints = _pick(eps, node_name if spec.get("internalTrafficPolicy") == "Local" else None)
+            if sp.node_port and spec.get("externalTrafficPolicy") == "Local":
+                sp.external_endpoints = _pick(eps, node_name)
             out.append(sp)
     return sorted(out, key=lambda s: s.id)
 
@@ -162,44 +176,35 @@ def build_rules(ports: list[ServicePort], *, prefix: str = "PYK", masquerade_bit
     for sp in ports:
         proto = sp.protocol.lower()
         h = chain_hash(sp.id, sp.protocol)
-        svc_chain, ext_chain = f"{P}-SVC-{h}", f"{P}-EXT-{h}"
-        if not sp.endpoints:
+        svc_chain, ext_chain, svl_chain = f"{P}-SVC-{h}", f"{P}-EXT-{h}", f"{P}-SVL-{h}"
+        external = sp.endpoints if sp.external_endpoints is None else sp.external_endpoints
+        reject = "-j REJECT --reject-with icmp-port-unreachable"
+        if sp.endpoints:
+            nat_chains.append(svc_chain)
+            nat_rules.append(f"-A {services} -d {sp.cluster_ip}/32 -p {proto} {_comment(sp.id + ' cluster IP')} "
+                             f"-m {proto} --dport {sp.port} -j {svc_chain}")
+            nat_rules.append(f"-A {svc_chain} {_comment(sp.id + ' cluster IP')} -j {markmasq}")
+            nat_rules += _balance(svc_chain, sp.endpoints, sp, P, proto)
+        else:
             filter_rules.append(f"-A {services} -d {sp.cluster_ip}/32 -p {proto} {_comment(sp.id + ' has no endpoints')}"
-                                f" -m {proto} --dport {sp.port} -j REJECT --reject-with icmp-port-unreachable")
-            if sp.node_port:
-                filter_rules.append(f"-A {services} -m addrtype --dst-type LOCAL -p {proto} "
-                                    f"{_comment(sp.id + ' has no endpoints')} -m {proto} --dport {sp.node_port} "
-                                    "-j REJECT --reject-with icmp-port-unreachable")
+                                f" -m {proto} --dport {sp.port} {reject}")
+        if not sp.node_port:
             continue
-        nat_chains.append(svc_chain)
-        nat_rules.append(f"-A {services} -d {sp.cluster_ip}/32 -p {proto} {_comment(sp.id + ' cluster IP')} "
-                         f"-m {proto} --dport {sp.port} -j {svc_chain}")
-        nat_rules.append(f"-A {svc_chain} {_comment(sp.id + ' cluster IP')} -j {markmasq}")
-        if sp.node_port:
-            nat_chains.append(ext_chain)
-            node_rules.append(f"-A {nodeports} -p {proto} {_comment(sp.id)} -m {proto} --dport {sp.node_port} "
-                              f"-j {ext_chain}")
-            nat_rules.append(f"-A {ext_chain} {_comment('masquerade traffic for ' + sp.id + ' external destinations')} "
-                             f"-j {markmasq}")
+        if not external:
+            filter_rules.append(f"-A {services} -m addrtype --dst-type LOCAL -p {proto} "
+                                f"{_comment(sp.id + ' has no endpoints')} -m {proto} --dport {sp.node_port} {reject}")
+            continue
+        nat_chains.append(ext_chain)
+        node_rules.append(f"-A {nodeports} -p {proto} {_comment(sp.id)} -m {proto} --dport {sp.node_port} "
+                          f"-j {ext_chain}")
+        nat_rules.append(f"-A {ext_chain} {_comment('masquerade traffic for ' + sp.id + ' external destinations')} "
+                         f"-j {markmasq}")
+        if sp.external_endpoints is None:
             nat_rules.append(f"-A {ext_chain} -j {svc_chain}")
-        # No per-endpoint chains (upstream's KUBE-SEP-*): every service packet is marked for
-        # masquerade above, so the hairpin rule a SEP chain holds is not needed, and one DNAT rule
-        # per endpoint keeps the chain count at one per service port (iptables-nft restores slow
-        # down sharply with thousands of chains).  The affinity ``recent`` list keeps the SEP name.
-        seps = [(ep, f"{P}-SEP-{chain_hash(sp.id, sp.protocol, ep.ip, str(ep.port))}" if sp.affinity_seconds else "")
-                for ep in sp.endpoints]
-        dnat = f"-p {proto} -m {proto} -j DNAT --to-destination"
-        if sp.affinity_seconds:
-            for ep, sep in seps:
-                nat_rules.append(f"-A {svc_chain} {_comment(f'{sp.id} -> {ep.ip}:{ep.port}')} -m recent --name {sep} "
-                                 f"--mask 255.255.255.255 --rsource --rcheck --seconds {sp.affinity_seconds} --reap "
-                                 f"{dnat} {ep.ip}:{ep.port}")
-        n = len(seps)
-        for i, (ep, sep) in enumerate(seps):
-            stat = "" if i == n - 1 else f"-m statistic --mode random --probability {1.0 / (n - i):0.10f} "
-            recent = f"-m recent --name {sep} --mask 255.255.255.255 --rsource --set " if sp.affinity_seconds else ""
-            nat_rules.append(f"-A {svc_chain} {_comment(f'{sp.id} -> {ep.ip}:{ep.port}')} {stat}{recent}"
-                             f"{dnat} {ep.ip}:{ep.port}")
+        else:  # externalTrafficPolicy: Local: this node's endpoints only (upstream's KUBE-SVL-*)
+            nat_chains.append(svl_chain)
+            nat_rules.append(f"-A {ext_chain} -j {svl_chain}")
+            nat_rules += _balance(svl_chain, external, sp, P, proto)
     nat_rules += node_rules
     nat_rules.append(f"-A {services} {_comment('pykubelet service nodeports')} ! -d 127.0.0.0/8 "
                      f"-m addrtype --dst-type LOCAL -j {nodeports}")
@@ -210,6 +215,30 @@ def build_rules(ports: list[ServicePort], *, prefix: str = "PYK", masquerade_bit
     filt = _table("filter", filter_chains, filter_rules, filter_stale)
     content = {"nat": _by_chain(nat_chains, nat_rules), "filter": _by_chain(filter_chains, filter_rules)}
     return RuleSet(nat, filt, {"nat": set(nat_chains), "filter": set(filter_chains)}, content)
+
+
+def _balance(chain: str, endpoints: list[Endpoint], sp: ServicePort, P: str, proto: str) -> list[str]:
+    """DNAT rules spreading ``chain``'s connections evenly over ``endpoints`` (affinity first).
+
+    No per-endpoint chains (upstream's ``KUBE-SEP-*``): every service packet is marked for
+    masquerade, so the hairpin rule a SEP chain holds is not needed, and one DNAT rule per endpoint
+    keeps the chain count at one per service port (iptables-nft restores slow down sharply with
+    thousands of chains).  The affinity ``recent`` list keeps the SEP name."""
+    out = []
+    seps = [(ep, f"{P}-SEP-{chain_hash(sp.id, sp.protocol, ep.ip, str(ep.port))}" if sp.affinity_seconds else "")
+            for ep in endpoints]
+    dnat = f"-p {proto} -m {proto} -j DNAT --to-destination"
+    if sp.affinity_seconds:
+        for ep, sep in seps:
+            out.append(f"-A {chain} {_comment(f'{sp.id} -> {ep.ip}:{ep.port}')} -m recent --name {sep} "
+                       f"--mask 255.255.255.255 --rsource --rcheck --seconds {sp.affinity_seconds} --reap "
+                       f"{dnat} {ep.ip}:{ep.port}")
+    n = len(seps)
+    for i, (ep, sep) in enumerate(seps):
+        stat = "" if i == n - 1 else f"-m statistic --mode random --probability {1.0 / (n - i):0.10f} "
+        recent = f"-m recent --name {sep} --mask 255.255.255.255 --rsource --set " if sp.affinity_seconds else ""
+        out.append(f"-A {chain} {_comment(f'{sp.id} -> {ep.ip}:{ep.port}')} {stat}{recent}{dnat} {ep.ip}:{ep.port}")
+    return out
 
 
 def _by_chain(chains: list[str], rules: list[str]) -> dict[str, list[str]]:
