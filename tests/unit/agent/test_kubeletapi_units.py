@@ -230,3 +230,27 @@ def test_channel_framing_and_status() -> None:
     st = wsstream.status_exit_code(3)
     assert wsstream.exit_code_of(st) == 3
     assert wsstream.exit_code_of(wsstream.status_success()) == 0
+
+
+def _crashlooping_status() -> dict[str, object]:
+    return {"containerStatuses": [{
+        "name": "app", "containerID": "containerd://c2", "restartCount": 2,
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": 1, "containerID": "containerd://c2"}},
+    }]}
+
+
+def test_logs_of_a_crashlooping_container_come_from_the_instance_that_just_crashed() -> None:
+    from pykubelet.agent.server.cri_helpers import logs_container_id
+
+    status = _crashlooping_status()
+    assert logs_container_id(status, "app", previous=True) == "c2"  # not c1, the one before it
+    assert logs_container_id(status, "app", previous=False) == "c2"
+    running = {"containerStatuses": [{"name": "app", "containerID": "containerd://c3",
+                                      "state": {"running": {}},
+                                      "lastState": {"terminated": {"containerID": "containerd://c2"}}}]}
+    assert logs_container_id(running, "app", previous=False) == "c3"
+    assert logs_container_id(running, "app", previous=True) == "c2"
+    assert logs_container_id({"containerStatuses": [{"name": "app", "state": {"running": {}}}]}, "app",
+                             previous=True) is None  # unknown: the runtime's order decides
+    assert logs_container_id({}, "app", previous=True) is None
