@@ -141,6 +141,11 @@ class ServiceAllocator:
         if headless and typ in ("NodePort", "LoadBalancer"):
             errs.append(("spec.clusterIPs[0]", f"Invalid value: \"None\": may not be set to 'None' for {typ} "
                          "services"))
+        for i, ip in enumerate(spec.get("externalIPs") or []):
+            try:
+                ipaddress.IPv4Address(str(ip))
+            except ValueError:
+                errs.append((f"spec.externalIPs[{i}]", f'Invalid value: "{ip}": must be a valid IP address'))
         for fam in spec.get("ipFamilies") or []:
             if fam != "IPv4":
                 errs.append(("spec.ipFamilies", f'Invalid value: "{fam}": not configured on this cluster'))

@@ -125,3 +125,8 @@ def test_local_traffic_policies_keep_this_nodes_endpoints() -> None:
     assert "-j PYK-SVL-" in rs.nat and dnat_targets(rs.nat) == ["198.18.0.2:8080", "198.18.0.2:8080"]
     [none_here] = rules.service_ports([s], [sl], node_name="n3")
     assert none_here.endpoints == [] and "--dport 30080 -j REJECT" in rules.build_rules([none_here]).filter
+
+
+def test_external_ips_are_served_like_the_cluster_ip() -> None:
+    rs = rules.build_rules(rules.service_ports([svc(externalIPs=["198.18.64.9"])], [eps("web", ("198.18.0.2", READY))]))
+    assert "-d 198.18.64.9/32 -p tcp" in rs.nat and rs.nat.count("-j PYK-SVC-") == 2

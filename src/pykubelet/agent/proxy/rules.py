@@ -8,6 +8,7 @@ nat table
   ``<P>-SERVICES``   one rule per ClusterIP:port (``-d <ip>/32 -p <proto> --dport <port>``) jumping
                      to that port's ``<P>-SVC-<hash>``; last, ``-m addrtype --dst-type LOCAL`` to
                      ``<P>-NODEPORTS`` (jumped to from PREROUTING and OUTPUT)
+                     (``spec.externalIPs`` likewise jump to the service's chain)
   ``<P>-NODEPORTS``  ``--dport <nodePort>`` -> ``<P>-EXT-<hash>`` (marks for masquerade, then SVC,
                      or with ``externalTrafficPolicy: Local`` ``<P>-SVL-<hash>``: this node's
                      endpoints only; ``internalTrafficPolicy: Local`` narrows SVC the same way)
@@ -71,6 +72,7 @@ class ServicePort:
     endpoints: list[Endpoint] = field(default_factory=list)  # for the ClusterIP (internalTrafficPolicy)
     # for the NodePort (externalTrafficPolicy); None: the same as ``endpoints``
     external_endpoints: list[Endpoint] | None = None
+    external_ips: list[str] = field(default_factory=list)  # spec.externalIPs, served like the ClusterIP
 
     @property
     def id(self) -> str:
@@ -136,6 +138,7 @@ def service_ports(services: Iterable[Obj], slices: Iterable[Obj], node_name: str
                     for addr in (ep.get("addresses") or [])[:1]:
                         eps.append((Endpoint(str(addr), port), is_ready, is_fallback, str(ep.get("nodeName") or "")))
             sp.endpoints = _pick(eps, node_name if spec.get("internalTrafficPolicy") == "Local" else None)
+            sp.external_ips = [str(x) for x in spec.get("externalIPs") or [] if isinstance(x, str)]
             if sp.node_port and spec.get("externalTrafficPolicy") == "Local":
                 sp.external_endpoints = _pick(eps, node_name)
             out.append(sp)
@@ -185,9 +188,11 @@ def build_rules(ports: list[ServicePort], *, prefix: str = "PYK", masquerade_bit
                              f"-m {proto} --dport {sp.port} -j {svc_chain}")
             nat_rules.append(f"-A {svc_chain} {_comment(sp.id + ' cluster IP')} -j {markmasq}")
             nat_rules += _balance(svc_chain, sp.endpoints, sp, P, proto)
+            nat_rules += [f"-A {services} -d {ip}/32 -p {proto} {_comment(sp.id + ' external IP')} "
+                          f"-m {proto} --dport {sp.port} -j {svc_chain}" for ip in sp.external_ips]
         else:
-            filter_rules.append(f"-A {services} -d {sp.cluster_ip}/32 -p {proto} {_comment(sp.id + ' has no endpoints')}"
-                                f" -m {proto} --dport {sp.port} {reject}")
+            filter_rules += [f"-A {services} -d {ip}/32 -p {proto} {_comment(sp.id + ' has no endpoints')}"
+                             f" -m {proto} --dport {sp.port} {reject}" for ip in [sp.cluster_ip, *sp.external_ips]]
         if not sp.node_port:
             continue
         if not external:
