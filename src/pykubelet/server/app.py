@@ -804,17 +804,21 @@ class ApiHttp:
                     accept: str) -> web.StreamResponse:
         opts = self._list_options(request.query, ri, watch=False)
         limit = opts["limit"] if opts["limit"] and opts["limit"] > 0 else None
-        items, rev, cont, remaining = self.registry.list_objects(ri, info.namespace or None, opts["labelSelectorText"],
-                                                                 opts["fieldSelectorText"], limit,
-                                                                 opts["continue"] or None)
+        sel = (ri, info.namespace or None, opts["labelSelectorText"], opts["fieldSelectorText"], limit,
+               opts["continue"] or None)
         if wants_table(accept):
+            items, rev, cont, remaining = self.registry.list_shared(*sel)
             return json_response(self.registry.table(ri, items, rev, cont, remaining))
+        encoded, rev, cont, remaining = self.registry.list_encoded(*sel)
         meta: dict[str, Any] = {"resourceVersion": str(rev)}
         if cont:
             meta["continue"] = cont
             if remaining is not None:
                 meta["remainingItemCount"] = remaining
-        return json_response({"kind": ri.list_kind, "apiVersion": ri.api_version, "metadata": meta, "items": items})
+        head = json.dumps({"kind": ri.list_kind, "apiVersion": ri.api_version, "metadata": meta},
+                          separators=(",", ":")).encode()
+        body = b"".join((head[:-1], b',"items":[', b",".join(encoded), b"]}"))
+        return web.Response(body=body, content_type=JSON_CT)
 
     async def _watch(self, request: web.Request, ri: ResourceInfo, info: RequestInfo,
                      ctx: RequestContext) -> web.StreamResponse:
@@ -857,10 +861,15 @@ class ApiHttp:
         deadline = loop.time() + timeout
         first_table = True
         last_rv = since or self.registry.store.revision
+        ev_now: WatchEvent | None = None
 
         async def send(etype: str, obj: dict[str, Any]) -> None:
             nonlocal first_table
             out = self.registry.present(ri, obj)
+            if not table and out is obj and ev_now is not None and ev_now.obj is obj:
+                # the event's JSON is made once for all its watchers
+                await resp.write(b"".join((b'{"type":"', etype.encode(), b'","object":', ev_now.encoded(), b"}\n")))
+                return
             if table:
                 t = self.registry.table(ri, [out], int(out["metadata"].get("resourceVersion", "0") or 0), None, None)
                 if not first_table:
@@ -887,6 +896,7 @@ class ApiHttp:
                 if ev is None:
                     break
                 last_rv = max(last_rv, ev.rv)
+                ev_now = ev
                 await self._deliver(ev, matches, send)
                 if initial_left:
                     initial_left -= 1
