@@ -688,6 +688,7 @@ _CONFIG_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--read-only-port": ("read_only_port", int),
     "--tls-cert-file": ("tls_cert_file", str),
     "--tls-private-key-file": ("tls_private_key_file", str),
+    "--rotate-certificates": ("rotate_certificates", _bool),
     "--cgroup-root": ("cgroup_root", str),
     "--cgroup-driver": ("cgroup_driver", str),
     "--cgroups-per-qos": ("cgroups_per_qos", _bool),

@@ -24,8 +24,10 @@ even when empty (``name: ""``, ``generation: 0``, an empty ``creationTimestamp``
 Kubernetes JSON omits them; pointer fields (marked ``?`` in the table: ``immutable``,
 ``gracePeriodSeconds``...) keep an explicit zero/false because there it means something.
 
-Adding a kind is one table entry plus a ``KINDS`` line.  Unknown kinds raise
-``UnsupportedKind`` (the server answers 415); malformed bytes raise ``ValueError`` (400).
+Adding a kind is one table entry plus a ``KINDS`` line.  Unknown kinds, and fields a listed message
+does not list (the protobuf runtime would keep them aside and the conversion drop them), raise
+``UnsupportedKind`` (the server answers 415): an object is stored whole or not at all. Malformed
+bytes raise ``ValueError`` (400).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import datetime as dt
 import json
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory, unknown_fields
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
@@ -113,10 +115,12 @@ SCHEMA: dict[str, str] = {
                           "subresource=6:string name=7:string",
     "NonResourceAttributes": "path=1:string verb=2:string",
     "SelfSubjectAccessReviewSpec": "resourceAttributes=1:ResourceAttributes nonResourceAttributes=2:NonResourceAttributes",
-    "SelfSubjectAccessReview": "metadata=1:ObjectMeta spec=2:SelfSubjectAccessReviewSpec",
+    "SubjectAccessReviewStatus": "allowed=1:bool reason=2:string evaluationError=3:string denied=4:bool",
+    "SelfSubjectAccessReview": "metadata=1:ObjectMeta spec=2:SelfSubjectAccessReviewSpec "
+                               "status=3:SubjectAccessReviewStatus",
     "SubjectAccessReviewSpec": "resourceAttributes=1:ResourceAttributes nonResourceAttributes=2:NonResourceAttributes "
                                "user=3:string groups=4:[]string extra=5:map<string,ExtraValue> uid=6:string",
-    "SubjectAccessReview": "metadata=1:ObjectMeta spec=2:SubjectAccessReviewSpec",
+    "SubjectAccessReview": "metadata=1:ObjectMeta spec=2:SubjectAccessReviewSpec status=3:SubjectAccessReviewStatus",
     # k8s.io/api/core/v1 pod templates and k8s.io/api/apps/v1 (kubectl create deployment); only the
     # fields kubectl's generators set, plus the common ones
     "ContainerPort": "name=1:string hostPort=2:int32 containerPort=3:int32 protocol=4:string hostIP=5:string",
@@ -304,9 +308,38 @@ def _check_strings(msg: Message) -> None:
                 one(fd, x)
 
 
+def _check_known(msg: Message, path: str, *, top: bool = False) -> None:
+    """Refuse fields the schema table does not list: the runtime would keep them as unknown fields
+    and MessageToDict would drop them, so an object would be stored without, say, its volumes.
+    One exception: an object's ``status`` (field 3 beside ``spec`` = 2 in every API type), which Go
+    clients send zero-valued on create and which a create ignores anyway."""
+    unknown = {f.field_number for f in unknown_fields.UnknownFieldSet(msg)}
+    by_number = msg.DESCRIPTOR.fields_by_number
+    if top and 3 not in by_number and 2 in by_number and by_number[2].name == "spec":
+        unknown.discard(3)
+    unknown = sorted(unknown)
+    if unknown:
+        raise UnsupportedKind(f"protobuf field number(s) {', '.join(map(str, unknown))} of {path} "
+                              f"({msg.DESCRIPTOR.name}) are not known to this server; nothing was stored; "
+                              "send the object as application/json")
+    for fd, v in msg.ListFields():
+        if fd.type != FieldDescriptor.TYPE_MESSAGE:
+            continue
+        mt = fd.message_type
+        if mt is not None and mt.GetOptions().map_entry:
+            items = [x for x in v.values() if isinstance(x, Message)]
+        elif isinstance(v, Message):
+            items = [v]
+        else:
+            items = list(v)
+        for x in items:
+            _check_known(x, f"{path}.{fd.name}")
+
+
 def to_json(msg: Message) -> dict[str, Any]:
     """A parsed message of this module as Kubernetes JSON (without apiVersion/kind)."""
     _check_strings(msg)
+    _check_known(msg, msg.DESCRIPTOR.name, top=True)
     try:
         d = json_format.MessageToDict(msg, preserving_proto_field_name=True)
     except (ValueError, UnicodeDecodeError) as e:  # e.g. invalid UTF-8 in a string field

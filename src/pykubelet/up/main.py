@@ -168,6 +168,27 @@ def node_kubeconfig_path(data_dir: Path, node_name: str) -> Path:
     return data_dir / "nodes" / f"{node_name}.kubeconfig"
 
 
+def bootstrap_kubeconfig_path(data_dir: Path, node_name: str) -> Path:
+    return data_dir / "nodes" / f"{node_name}.bootstrap-kubeconfig"
+
+
+async def ensure_bootstrap_kubeconfig(data_dir: Path, node_name: str) -> Path:
+    """A fresh bootstrap token (24 h) and a bootstrap kubeconfig with it: the node's agent gets its
+    client certificate by TLS bootstrap, as a second machine would (``pykubelet token create``)."""
+    from pykubelet.common.apiclient import ApiClient
+    from pykubelet.server import bootstrap_tokens
+    from pykubelet.server.tokencli import _write_bootstrap
+
+    tid, secret = bootstrap_tokens.generate()
+    async with ApiClient.from_kubeconfig(data_dir / "kubeconfig", user_agent="pykubelet-up") as api:
+        await api.create(f"/api/v1/namespaces/{bootstrap_tokens.NAMESPACE}/secrets",
+                         bootstrap_tokens.token_secret(tid, secret, description=f"pykubelet up: node {node_name}"))
+    path = bootstrap_kubeconfig_path(data_dir, node_name)
+    await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+    await asyncio.to_thread(_write_bootstrap, data_dir / "kubeconfig", path, None, f"{tid}.{secret}")
+    return path
+
+
 def agent_argv(args: argparse.Namespace, data_dir: Path, node_name: str, endpoint: str) -> list[str]:
     if args.agent_command:
         return shlex.split(args.agent_command)
@@ -178,6 +199,12 @@ def agent_argv(args: argparse.Namespace, data_dir: Path, node_name: str, endpoin
         "agent",
         "--kubeconfig",
         str(node_kubeconfig_path(data_dir, node_name)),
+        "--bootstrap-kubeconfig",
+        str(bootstrap_kubeconfig_path(data_dir, node_name)),
+        "--cert-dir",
+        str(data_dir / "agent" / "pki"),
+        "--rotate-certificates",
+        "true",
         "--hostname-override",
         node_name,
         "--node-ip",
@@ -200,6 +227,8 @@ def agent_argv(args: argparse.Namespace, data_dir: Path, node_name: str, endpoin
         args.bind_address,
         "--client-ca-file",
         str(data_dir / "pki" / "ca.crt"),
+        # a development machine often has swap on; kind and minikube run their kubelets the same way
+        "--fail-swap-on=false",
         "--cluster-dns", pod_gateway(args),
         "--cluster-domain", "cluster.local",
         "--service-proxy=true",
@@ -335,7 +364,7 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
         await sup["server"].start()
         if endpoint is not None:
             if not args.agent_command:
-                await asyncio.to_thread(ensure_node_kubeconfig, data_dir, node_name, url)
+                await ensure_bootstrap_kubeconfig(data_dir, node_name)
             _progress(f"starting the agent for node {node_name} (log {logs / 'agent.log'})")
             await sup["agent"].start()
         if args.hollow_nodes:

@@ -27,6 +27,8 @@ def test_server_and_agent_command_lines(tmp_path: Path) -> None:
     flags = dict(zip(agent[4:-1:2], agent[5::2], strict=False))
     assert flags["--kubeconfig"] == str(tmp_path / "nodes" / "node-a.kubeconfig")
     assert flags["--hostname-override"] == "node-a"
+    assert flags["--bootstrap-kubeconfig"] == str(tmp_path / "nodes" / "node-a.bootstrap-kubeconfig")
+    assert flags["--rotate-certificates"] == "true"
     assert flags["--container-runtime-endpoint"] == "unix:///x.sock"
     assert flags["--port"] == "11250"
     assert flags["--client-ca-file"] == str(tmp_path / "pki" / "ca.crt")
