@@ -37,7 +37,14 @@ import datetime as dt
 import json
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory, unknown_fields
+from google.protobuf import (
+    descriptor_pb2,
+    descriptor_pool,
+    empty_pb2,
+    json_format,
+    message_factory,
+    unknown_fields,
+)
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
@@ -308,16 +315,38 @@ def _check_strings(msg: Message) -> None:
                 one(fd, x)
 
 
+_VARINT, _FIXED64, _LENGTH, _GROUP, _FIXED32 = 0, 1, 2, 3, 5
+
+
+def _is_zero(wire_type: int, data: Any) -> bool:
+    """An unknown field that carries nothing: Go's marshallers write every non-pointer field, so
+    kubectl sends ``resources: {}`` or a zero ``status``; Kubernetes JSON omits those, so dropping
+    them loses nothing. A non-empty string or any non-zero number is data."""
+    if wire_type in (_VARINT, _FIXED64, _FIXED32):
+        return data == 0
+    if wire_type == _GROUP:
+        return all(_is_zero(f.wire_type, f.data) for f in data)
+    if wire_type != _LENGTH:
+        return False
+    if not data:
+        return True
+    try:  # read it as a message of unknown fields only; a string rarely parses, and then not as zeros
+        inner = empty_pb2.Empty.FromString(data)
+    except (DecodeError, RuntimeError):
+        return False
+    return all(_is_zero(f.wire_type, f.data) for f in unknown_fields.UnknownFieldSet(inner))
+
+
 def _check_known(msg: Message, path: str, *, top: bool = False) -> None:
     """Refuse fields the schema table does not list: the runtime would keep them as unknown fields
     and MessageToDict would drop them, so an object would be stored without, say, its volumes.
     One exception: an object's ``status`` (field 3 beside ``spec`` = 2 in every API type), which Go
     clients send zero-valued on create and which a create ignores anyway."""
-    unknown = {f.field_number for f in unknown_fields.UnknownFieldSet(msg)}
+    numbers = {f.field_number for f in unknown_fields.UnknownFieldSet(msg) if not _is_zero(f.wire_type, f.data)}
     by_number = msg.DESCRIPTOR.fields_by_number
     if top and 3 not in by_number and 2 in by_number and by_number[2].name == "spec":
-        unknown.discard(3)
-    unknown = sorted(unknown)
+        numbers.discard(3)
+    unknown = sorted(numbers)
     if unknown:
         raise UnsupportedKind(f"protobuf field number(s) {', '.join(map(str, unknown))} of {path} "
                               f"({msg.DESCRIPTOR.name}) are not known to this server; nothing was stored; "

@@ -164,3 +164,22 @@ def test_fuzz_never_crashes(junk: bytes, kind: str) -> None:
             continue
         # whatever decodes is a Kubernetes JSON object of a supported kind
         assert isinstance(json.loads(json.dumps(out)), dict) and out["kind"] in pb.KINDS
+
+
+def test_a_field_the_schema_does_not_know_is_refused_not_dropped() -> None:
+    data_only = M["ConfigMap"]()
+    data_only.data["a"] = "b"
+    meta = M["ObjectMeta"]()
+    meta.name = "cfg"
+    # ObjectMeta field 15 (length-delimited "x"): a field this server's schema has no entry for
+    meta_bytes = meta.SerializeToString() + bytes([15 << 3 | 2, 1]) + b"x"
+    raw = bytes([1 << 3 | 2, len(meta_bytes)]) + meta_bytes + data_only.SerializeToString()
+    with pytest.raises(pb.UnsupportedKind, match=r"field number\(s\) 15 of ConfigMap.metadata \(ObjectMeta\)"):
+        pb.decode_object(pb.encode_object(M["ConfigMap"].FromString(raw), "v1", "ConfigMap"))
+    known = M["ConfigMap"].FromString(bytes([1 << 3 | 2, len(meta.SerializeToString())]) + meta.SerializeToString()
+                                      + data_only.SerializeToString())
+    assert pb.decode_object(pb.encode_object(known, "v1", "ConfigMap"))["data"] == {"a": "b"}
+    # an empty unknown field (Go writes `resources: {}` and zero statuses) carries nothing: accepted
+    empty = meta.SerializeToString() + bytes([15 << 3 | 2, 0])
+    zero = M["ConfigMap"].FromString(bytes([1 << 3 | 2, len(empty)]) + empty + data_only.SerializeToString())
+    assert pb.decode_object(pb.encode_object(zero, "v1", "ConfigMap"))["metadata"] == {"name": "cfg"}
