@@ -72,3 +72,27 @@ async def test_protobuf_errors_are_status(http: Http) -> None:
     st, body = await http.req("DELETE", "/api/v1/namespaces/default/configmaps/x", raw=b"k8s\x00\x0a\x05",
                               content_type=PB)
     assert st == 400 and body["kind"] == "Status"
+
+
+async def test_a_job_created_from_a_cronjob_keeps_its_whole_template_or_is_refused(kubectl: Kubectl, http: Http) -> None:
+    cronjob = {
+        "apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly", "namespace": "default"},
+        "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "busybox:1.36", "command": ["true"],
+                            "env": [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+            "volumes": [{"name": "scratch", "emptyDir": {}}]}}}}},
+    }
+    code, body = await http.req("POST", "/apis/batch/v1/namespaces/default/cronjobs", cronjob)
+    assert code == 201, body
+    rc, _out, err = await kubectl.run("create", "job", "by-hand", "--from=cronjob/nightly")
+    if rc != 0:  # the protobuf schema lacks a field the template carries: said, nothing stored
+        assert "not known to this server" in err, err
+        code, _ = await http.req("GET", "/apis/batch/v1/namespaces/default/jobs/by-hand")
+        assert code == 404
+        return
+    code, job = await http.req("GET", "/apis/batch/v1/namespaces/default/jobs/by-hand")
+    spec = job["spec"]["template"]["spec"]
+    assert spec["volumes"] == [{"name": "scratch", "emptyDir": {}}]
+    assert spec["containers"][0]["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
