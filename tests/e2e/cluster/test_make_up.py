@@ -7,6 +7,7 @@ same cluster with its objects.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -17,12 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from pykubelet.up.main import proxy_chain_prefix
+
 from ..conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def leftovers(data_dir: Path, bridge: str, cgroup_root: str) -> list[str]:
+def leftovers(data_dir: Path, bridge: str, cgroup_root: str, proxy_prefix: str = "") -> list[str]:
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -40,6 +43,9 @@ def leftovers(data_dir: Path, bridge: str, cgroup_root: str) -> list[str]:
     for controller in Path("/sys/fs/cgroup").iterdir():
         if (controller / cgroup_root.strip("/")).exists():
             found.append(f"cgroup {controller / cgroup_root.strip('/')}")
+    if proxy_prefix:  # the service proxy's chains and the jumps into them (iptables-save)
+        saved = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+        found += [f"iptables: {line}" for line in saved.splitlines() if f"{proxy_prefix}-" in line]
     return found
 
 
@@ -50,6 +56,7 @@ def test_make_up_ctrl_c_and_resume(e2e_slot: int, tmp_path: Path, kubectl) -> No
             f"--bridge {bridge} --cgroup-root {cgroup_root} --secure-port {free_port()} "
             f"--kubelet-port {free_port()} --agent-arg=--healthz-port={free_port()}")
     run = kubectl(data_dir / "kubeconfig")
+    prefix = proxy_chain_prefix(argparse.Namespace(pod_cidr=f"198.18.{100 + e2e_slot}.0/24"))
 
     def start() -> tuple[subprocess.Popen[str], list[str]]:
         proc = subprocess.Popen(["make", "-s", "up", f"ARGS={args}", f"PYTHON={sys.executable}"], cwd=ROOT,
@@ -95,7 +102,7 @@ def test_make_up_ctrl_c_and_resume(e2e_slot: int, tmp_path: Path, kubectl) -> No
     finally:
         out = stop(proc)
     assert "host cleaned up" in out, out
-    assert leftovers(data_dir, bridge, cgroup_root) == []
+    assert leftovers(data_dir, bridge, cgroup_root, prefix) == []
 
     proc, _ = start()
     try:
@@ -106,4 +113,4 @@ def test_make_up_ctrl_c_and_resume(e2e_slot: int, tmp_path: Path, kubectl) -> No
     finally:
         out = stop(proc)
     assert "host cleaned up" in out, out
-    assert leftovers(data_dir, bridge, cgroup_root) == []
+    assert leftovers(data_dir, bridge, cgroup_root, prefix) == []
