@@ -192,3 +192,38 @@ def test_kubectl_debug_shell_shares_the_target_process_namespace(web) -> None:  
     pod = json.loads(web.kubectl("get", "pod", "svc-web-2", "-o", "json").stdout)
     [st] = pod["status"]["ephemeralContainerStatuses"]
     assert st["name"] == "dbg" and st["containerID"].startswith("containerd://"), st
+
+
+def test_kubectl_debug_it_gives_an_interactive_shell_on_a_tty(web) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+    import threading
+
+    if shutil.which("script") is None:
+        pytest.skip("util-linux script (to give kubectl a terminal) not installed")
+    cmd = (f"kubectl --kubeconfig={web.kubeconfig} --cache-dir={web.data_dir / 'kubectl-debug-cache'} debug -it "
+           "svc-web-1 --image=busybox:1.36 --target=web -c tty-shell -- sh")
+    proc = subprocess.Popen(["script", "-qfec", cmd, "/dev/null"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    seen = bytearray()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        while chunk := proc.stdout.read1(4096):  # type: ignore[attr-defined]
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        assert proc.stdin is not None
+        web.wait_for("the debug shell's prompt", lambda: b"/ # " in seen, 30, 0.2)
+        proc.stdin.write(b"ps\n")
+        proc.stdin.flush()
+        web.wait_for("ps in the debug shell", lambda: b"httpd -f -p 8080" in seen, 15, 0.2)
+        proc.stdin.write(b"exit\n")
+        proc.stdin.flush()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert b"1 root     httpd -f -p 8080" in seen, seen.decode(errors="replace")
