@@ -3,7 +3,9 @@
 kubectl's typed clients send some bodies as ``application/vnd.kubernetes.protobuf`` and never
 retry as JSON when the server answers 415: ``kubectl create secret|configmap|namespace|
 serviceaccount|token``, ``kubectl certificate approve|deny`` (a whole CertificateSigningRequest
-PUT to ``/approval``) and ``kubectl drain`` without eviction (DeleteOptions).  The body is the
+PUT to ``/approval``), ``kubectl drain`` without eviction (DeleteOptions), ``kubectl create
+deployment|job|cronjob|role...`` and ``kubectl create job --from=cronjob/x``, which copies a whole
+user-written pod template (hence the complete core/v1 PodSpec subtree below).  The body is the
 ``k8s\\0`` magic followed by a ``runtime.Unknown`` envelope (1 typeMeta{1 apiVersion, 2 kind},
 2 raw, 3 contentEncoding, 4 contentType); ``raw`` is the object's own message, which carries no
 TypeMeta.
