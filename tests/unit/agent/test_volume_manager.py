@@ -192,8 +192,7 @@ async def test_an_empty_dir_over_its_size_limit_is_reported_once(env: Env) -> No
     await vm.refresh()
     await vm.refresh()
     assert [e for e in env.recorder.events if e[1] == "EmptyDirSizeLimitExceeded"] == [
-        ("Warning", "EmptyDirSizeLimitExceeded", 'Usage of EmptyDir volume "s" exceeds the limit "1Ki" (this kubelet '
-         "has no eviction manager: the pod is not evicted)")]
+        ("Warning", "EmptyDirSizeLimitExceeded", 'Usage of EmptyDir volume "s" exceeds the limit "1Ki"')]
 
 
 async def test_the_refresh_loop_runs_between_start_and_stop(env: Env) -> None:

@@ -309,8 +309,8 @@ class VolumeManager:
             else:
                 used = await asyncio.to_thread(volume_stats.disk_usage, mv.dir)
                 over = used.bytes > mv.size_limit
-                message = (f'Usage of EmptyDir volume "{mv.name}" exceeds the limit "{limit_text}" (this kubelet has '
-                           "no eviction manager: the pod is not evicted)")
+                # the eviction manager evicts the pod for it (agent/eviction, local storage limits)
+                message = f'Usage of EmptyDir volume "{mv.name}" exceeds the limit "{limit_text}"'
             if over and not mv.limit_reported:
                 self.recorder.event(pod, "Warning", SIZE_LIMIT_EXCEEDED, message)
             mv.limit_reported = over
