@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,3 +120,16 @@ async def http33(server33: ServerHandle) -> AsyncIterator[Http]:
     h = Http(server33)
     yield h
     await h.close()
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], what: str = "the condition", deadline: float = 30.0) -> Any:
+    """Poll ``check`` until it returns something truthy (a deadline, not a timing assertion)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    last: Any = None
+    while loop.time() < end:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")

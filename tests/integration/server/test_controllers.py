@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import pytest
 from pykubelet.server.main import ServerHandle, build_parser, run_server, server_options
 from tests.builders import container, pod
 
-from .conftest import Http, Kubectl
+from .conftest import Http, Kubectl, eventually
 
 DEADLINE = 30.0
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
@@ -28,19 +28,6 @@ LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], what: str, deadline: float = DEADLINE) -> Any:
-    """Poll ``check`` until it returns something truthy (no timing assertions, just a deadline)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    last: Any = None
-    while loop.time() < end:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import asyncio
 import datetime as dt
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from pykubelet.common.quantity import parse_quantity
 from pykubelet.server.main import ServerHandle, build_parser, run_server, server_options
 from tests.builders import node, pod
 
-from .conftest import Http, Kubectl
+from .conftest import Http, Kubectl, eventually
 
 DEADLINE = 30.0
 CM = "/api/v1/namespaces/default/configmaps"
@@ -32,18 +32,6 @@ JOBS = "/apis/batch/v1/namespaces/default/jobs"
 CRONJOBS = "/apis/batch/v1/namespaces/default/cronjobs"
 PODS = "/api/v1/namespaces/default/pods"
 PDBS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], what: str, deadline: float = DEADLINE) -> Any:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    last: Any = None
-    while loop.time() < end:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 @pytest.fixture

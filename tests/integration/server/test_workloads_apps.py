@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import pytest
 from pykubelet.common.apiclient import ApiClient, ApiError
 from pykubelet.server.main import ServerHandle, build_parser, run_server, server_options
 
-from .conftest import Kubectl
+from .conftest import Kubectl, eventually
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 NODE = "worker-1"
@@ -30,19 +30,6 @@ PODS = "/api/v1/namespaces/default/pods"
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], deadline: float = 30.0) -> Any:
-    """Poll ``check`` until it returns something truthy (a deadline, not a timing assertion)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    last: Any = None
-    while loop.time() < end:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out; last: {last!r}")
 
 
 class PodRunner:
@@ -156,7 +143,7 @@ async def pods_of(api: ApiClient, app: str, *, active: bool = True) -> list[dict
 async def test_replicaset_creates_its_pods_owned_by_it_and_reports_them_ready(
         api: ApiClient, runner: PodRunner) -> None:
     rs = await api.create(f"{APPS}/replicasets", workload("ReplicaSet", "rs1", 3))
-    pods = await eventually(lambda: _count(api, "rs1", 3), 30)
+    pods = await eventually(lambda: _count(api, "rs1", 3))
     for p in pods:
         ref = p["metadata"]["ownerReferences"][0]
         assert ref == {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs1", "uid": rs["metadata"]["uid"],
@@ -167,7 +154,7 @@ async def test_replicaset_creates_its_pods_owned_by_it_and_reports_them_ready(
         st = (await api.get(f"{APPS}/replicasets/rs1")).get("status") or {}
         return st.get("readyReplicas") == 3 and st.get("availableReplicas") == 3 and \
             st.get("fullyLabeledReplicas") == 3 and st.get("observedGeneration") == 1
-    await eventually(ready, 30)
+    await eventually(ready)
 
 
 async def _count(api: ApiClient, app: str, n: int) -> list[dict[str, Any]] | None:
@@ -181,7 +168,7 @@ async def test_replicaset_adopts_matching_orphans_and_releases_relabelled_pods(
               "spec": template({})["spec"]}
     await api.create(PODS, orphan)
     await api.create(f"{APPS}/replicasets", workload("ReplicaSet", "rs2", 2))
-    await eventually(lambda: _count(api, "rs2", 2), 30)
+    await eventually(lambda: _count(api, "rs2", 2))
     adopted = await api.get(f"{PODS}/orphan")
     assert adopted["metadata"]["ownerReferences"][0]["name"] == "rs2"
     # relabel: the set releases it and makes a replacement
@@ -190,15 +177,15 @@ async def test_replicaset_adopts_matching_orphans_and_releases_relabelled_pods(
     async def released() -> bool:
         p = await api.get(f"{PODS}/orphan")
         return not p["metadata"].get("ownerReferences") and len(await pods_of(api, "rs2")) == 2
-    await eventually(released, 30)
+    await eventually(released)
 
 
 async def test_scaling_a_replicaset_down_removes_unscheduled_pods_first(api: ApiClient) -> None:
     # no node: every pod stays Pending and unscheduled; scale down deletes the newest first
     await api.create(f"{APPS}/replicasets", workload("ReplicaSet", "rs3", 3))
-    await eventually(lambda: _count(api, "rs3", 3), 30)
+    await eventually(lambda: _count(api, "rs3", 3))
     await api.patch(f"{APPS}/replicasets/rs3/scale", {"spec": {"replicas": 1}})
-    await eventually(lambda: _count(api, "rs3", 1), 30)
+    await eventually(lambda: _count(api, "rs3", 1))
     scale = await api.get(f"{APPS}/replicasets/rs3/scale")
     assert scale["spec"]["replicas"] == 1 and scale["status"]["selector"] == "app=rs3"
 
