@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024
 JSON_CT = "application/json"
+WATCH_BATCH = 500  # queued watch events written in one go at most
 # Nesting bound for every body we parse: deeper than any built-in object (managedFields, ~12) needs,
 # shallow enough that the recursive code after parsing (typed decoding, merges, deepcopy) stays far
 # from Python's recursion limit.
@@ -862,13 +863,22 @@ class ApiHttp:
         first_table = True
         last_rv = since or self.registry.store.revision
         ev_now: WatchEvent | None = None
+        # Events already queued are written together: one write per burst, not one loop turn per event,
+        # so a watcher keeps up while a thousand pods are created (upstream's cacheWatcher batches too).
+        pending: list[bytes] = []
+
+        async def flush() -> None:
+            if pending:
+                data = b"".join(pending)
+                pending.clear()
+                await resp.write(data)
 
         async def send(etype: str, obj: dict[str, Any]) -> None:
             nonlocal first_table
             out = self.registry.present(ri, obj)
             if not table and out is obj and ev_now is not None and ev_now.obj is obj:
                 # the event's JSON is made once for all its watchers
-                await resp.write(b"".join((b'{"type":"', etype.encode(), b'","object":', ev_now.encoded(), b"}\n")))
+                pending.append(b"".join((b'{"type":"', etype.encode(), b'","object":', ev_now.encoded(), b"}\n")))
                 return
             if table:
                 t = self.registry.table(ri, [out], int(out["metadata"].get("resourceVersion", "0") or 0), None, None)
@@ -876,7 +886,7 @@ class ApiHttp:
                     t["columnDefinitions"] = None
                 first_table = False
                 out = t
-            await resp.write(_line({"type": etype, "object": out}))
+            pending.append(_line({"type": etype, "object": out}))
 
         try:
             if since is None and initial_left == 0 and send_initial:
@@ -893,15 +903,25 @@ class ApiHttp:
                     if bookmarks and loop.time() % self.bookmark_interval < 5.0:
                         await self._bookmark(resp, ri, last_rv)
                     continue
-                if ev is None:
+                closed = ev is None
+                batch = 0
+                while ev is not None:
+                    last_rv = max(last_rv, ev.rv)
+                    ev_now = ev
+                    await self._deliver(ev, matches, send)
+                    if initial_left:
+                        initial_left -= 1
+                        if initial_left == 0 and send_initial:
+                            await flush()
+                            await self._bookmark(resp, ri, self.registry.store.revision, initial_end=True)
+                    batch += 1
+                    if batch >= WATCH_BATCH or watcher.queue.empty():
+                        break
+                    ev = watcher.queue.get_nowait()
+                    closed = ev is None
+                await flush()
+                if closed:
                     break
-                last_rv = max(last_rv, ev.rv)
-                ev_now = ev
-                await self._deliver(ev, matches, send)
-                if initial_left:
-                    initial_left -= 1
-                    if initial_left == 0 and send_initial:
-                        await self._bookmark(resp, ri, self.registry.store.revision, initial_end=True)
         except ConnectionResetError:
             pass  # the client went away; nothing to tell it
         finally:
