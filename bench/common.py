@@ -301,6 +301,7 @@ class Cluster:
                 raise TimeoutError("server did not become ready")
             await asyncio.sleep(0.2)
         await asyncio.to_thread(up.ensure_node_kubeconfig, data_dir, NODE_NAME, self.url)
+        await up.ensure_bootstrap_kubeconfig(data_dir, NODE_NAME)  # the agent joins as `up`'s does
         self._spawn("agent", up.agent_argv(args, data_dir, NODE_NAME, self.cd.endpoint), logs / "agent.log")
         self.api = ApiClient.from_kubeconfig(str(admin))
         while True:  # Ready node = the agent registered and reports a healthy runtime

@@ -142,6 +142,7 @@ class ControlPlane:
             "--data-dir", str(self.data_dir), "--kubelet-port", str(free_port()), "--node-name", node_name,
             f"--agent-arg=--healthz-port={free_port()}", *(f"--agent-arg={a}" for a in agent_args)])
         await asyncio.to_thread(up.ensure_node_kubeconfig, self.data_dir, node_name, self.url)
+        await up.ensure_bootstrap_kubeconfig(self.data_dir, node_name)  # the agent joins as `up`'s does
         proc = spawn(up.agent_argv(args, self.data_dir, node_name, endpoint), self.data_dir / "agent.log")
         log(f"agent started (pid {proc.pid}, log {self.data_dir / 'agent.log'})")
         deadline = time.monotonic() + within
