@@ -36,7 +36,8 @@ from pykubelet.up.containerd import PrivateContainerd, preflight
 from pykubelet.up.images import bootstrap_images
 
 SLOT_DIR = Path("/run/pykubelet-e2e")
-MAX_SLOTS = 50  # slot N owns 198.19.N.0/24, 198.19.(100+N).0/24, 198.19.(150+N).0/24 and (services) 198.19.(200+N).0/24
+MAX_SLOTS = 50  # slot N owns 198.19.N.0/24, 198.19.(100+N).0/24, 198.19.(150+N).0/24, 198.19.(200+N).0/24
+# and, for the shared cluster's Services, 198.19.(50+N).0/24
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -260,7 +261,7 @@ def cluster(
         "--cgroup-root", containerd.cgroup_parent,
         f"--agent-arg=--healthz-port={free_port()}",
         # Services of this slot's cluster (disjoint from every slot's pod CIDRs), no DNS forwarding
-        f"--server-arg=--service-cluster-ip-range=198.19.{200 + e2e_slot}.0/24",
+        f"--server-arg=--service-cluster-ip-range=198.19.{50 + e2e_slot}.0/24",
         "--server-arg=--cluster-dns-upstream=none",
     ]
     try:
