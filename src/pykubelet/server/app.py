@@ -466,7 +466,10 @@ def _warn_headers(warnings: list[str]) -> CIMultiDict[str]:
     """One ``Warning: 299 - "..."`` header per warning (upstream's warning recorder)."""
     h: CIMultiDict[str] = CIMultiDict()
     for w in warnings:
-        h.add("Warning", '299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"')
+        text = w.replace("\\", "\\\\").replace('"', '\\"')
+        # a field name from the request may carry control characters, which no header may hold
+        text = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
+        h.add("Warning", '299 - "' + text + '"')
     return h
 
 
