@@ -38,6 +38,7 @@ from pykubelet.server import controllers as kcm
 from pykubelet.server import dns, services
 from pykubelet.server.app import ApiHttp
 from pykubelet.server.auth import PKI, Authorizer, TokenAuth, ensure_admin, node_kubeconfig
+from pykubelet.server.controllers import kit
 from pykubelet.server.encryption import EncryptionConfigError, ResourceTransformers, load_config
 from pykubelet.server.nodelifecycle import NodeLifecycleController
 from pykubelet.server.persistentvolume import PersistentVolumeController
@@ -84,11 +85,16 @@ def _make_controller(name: str, api: ApiClient, kw: dict[str, Any]) -> kcm.Runna
         api, **{k: kw[k] for k in ("grace_period", "monitor_period", "eviction_timeout") if k in kw})
 
 
-async def _run_controller(name: str, url: str, token: str, ca: Path, kwargs: dict[str, Any]) -> None:
+async def _run_controller(name: str, url: str, token: str, ca: Path, kwargs: dict[str, Any],
+                          shared: kit.SharedInformers | None = None) -> None:
     api = ApiClient(url, token=token, ca_file=str(ca))
     try:
         while True:
-            ctl = _make_controller(name, api, kwargs)
+            if shared is not None:
+                with kit.sharing(shared):  # one pod watch for all the kit's controllers, not one each
+                    ctl = _make_controller(name, api, kwargs)
+            else:
+                ctl = _make_controller(name, api, kwargs)
             try:
                 await ctl.run()
             except asyncio.CancelledError:
@@ -192,17 +198,25 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
     admin_token, kubeconfig = ensure_admin(d, url)
     handle = ServerHandle(url, kubeconfig, admin_token, d, pki.ca_crt, insecure_url, registry, http)
     handle.dns_port = dns_port if cluster_dns is not None else None
+    shared_api: ApiClient | None = None
+    shared: kit.SharedInformers | None = None
     if controllers:
         kw = {"local_path_dir": Path(local_path_dir) if local_path_dir else d / "local-path",
               **(controller_kwargs or {})}
+        shared_api = ApiClient(url, token=admin_token, ca_file=str(pki.ca_crt))
+        shared = kit.SharedInformers(shared_api)
         for name in CONTROLLERS:
             handle.controllers.append(asyncio.create_task(
-                _run_controller(name, url, admin_token, pki.ca_crt, kw), name=name))
+                _run_controller(name, url, admin_token, pki.ca_crt, kw, shared), name=name))
     log.info("API server listening on %s", url)
     try:
         yield handle
     finally:
         await cancel_and_wait(*handle.controllers)
+        if shared is not None:
+            await shared.close()
+        if shared_api is not None:
+            await shared_api.close()
         if cluster_dns is not None:
             await cluster_dns.stop()
         await registry.close()

@@ -26,6 +26,12 @@ Pieces (all asyncio, one loop, no threads):
   again, so it does not create the same replicas twice while the watch catches up.
 - :class:`EventRecorder` — best-effort core/v1 Events with upstream's aggregation of repeats,
   written by a background task so recording never delays a reconcile (upstream's broadcaster).
+- :class:`SharedInformers` — client-go's SharedInformerFactory: the controllers of one server share
+  one list+watch per collection (ten controllers watching every pod would otherwise decode each pod
+  event ten times). A controller built inside :func:`sharing` gets the shared informer from
+  ``self.informer(path)``; its handlers are added to it (replayed as adds when it has synced
+  already, as client-go does for a late handler) and removed when the controller stops, so a
+  restarted controller never leaves its old handlers behind.
 - :class:`Controller` — the runner: informers + queue + ``workers`` coroutines calling
   ``reconcile(key)``.  An exception re-queues the key rate-limited (logged); success ``forget``s
   it; ``reconcile`` may return seconds after which the key is looked at again (``AddAfter``).
@@ -39,13 +45,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import heapq
 import itertools
 import logging
 import random
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
 
@@ -118,6 +125,15 @@ class Informer:
             self._on_update.append(on_update)
         if on_delete:
             self._on_delete.append(on_delete)
+        building = _BUILDING.get()
+        if building is not None and building.factory.owns(self):
+            building.handlers.append(_Handlers(self, on_add, on_update, on_delete, late=self.synced.is_set()))
+
+    def remove_handlers(self, h: _Handlers) -> None:
+        for fns, fn in ((self._on_add, h.on_add), (self._on_update, h.on_update), (self._on_delete, h.on_delete)):
+            if fn is not None:
+                with contextlib.suppress(ValueError):
+                    fns.remove(fn)  # type: ignore[arg-type]
 
     # cache reads ----------------------------------------------------------------------------
 
@@ -193,6 +209,71 @@ class Informer:
             except Exception:
                 log.exception("informer %s failed; relisting in %.1fs", self.path, self.error_backoff)
                 await asyncio.sleep(self.error_backoff)
+
+
+class _Handlers:
+    """The handlers one controller added to a shared informer (to replay and to remove)."""
+
+    def __init__(self, informer: Informer, on_add: AddHandler | None, on_update: UpdateHandler | None,
+                 on_delete: DeleteHandler | None, *, late: bool) -> None:
+        self.informer = informer
+        self.late = late  # added after the informer's first list: it missed those adds
+        self.on_add = on_add
+        self.on_update = on_update
+        self.on_delete = on_delete
+
+
+class SharedInformers:
+    """One :class:`Informer` per (path, params) for all the controllers built with :func:`sharing`."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self._informers: dict[tuple[str, tuple[tuple[str, str], ...]], Informer] = {}
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+
+    def informer(self, path: str, **kw: Any) -> Informer:
+        params: dict[str, str] = dict(kw.pop("params", None) or {})
+        key = (path, tuple(sorted(params.items())))
+        inf = self._informers.get(key)
+        if inf is None:
+            inf = self._informers[key] = Informer(self.api, path, params=params, **kw)
+        return inf
+
+    def owns(self, inf: Informer) -> bool:
+        return any(i is inf for i in self._informers.values())
+
+    def start(self, inf: Informer) -> None:
+        """Run ``inf`` (once, for every controller that uses it) until :meth:`close`."""
+        task = self._tasks.get(id(inf))
+        if task is None or task.done():
+            self._tasks[id(inf)] = asyncio.get_running_loop().create_task(inf.run(), name=f"shared:{inf.path}")
+
+    async def close(self) -> None:
+        tasks = list(self._tasks.values())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+
+
+class _Building:
+    def __init__(self, factory: SharedInformers) -> None:
+        self.factory = factory
+        self.handlers: list[_Handlers] = []
+
+
+_BUILDING: contextvars.ContextVar[_Building | None] = contextvars.ContextVar("kit_building", default=None)
+
+
+@contextlib.contextmanager
+def sharing(factory: SharedInformers) -> Iterator[_Building]:
+    """Controllers constructed inside this block use ``factory``'s informers."""
+    building = _Building(factory)
+    token = _BUILDING.set(building)
+    try:
+        yield building
+    finally:
+        _BUILDING.reset(token)
 
 
 # --- work queue -----------------------------------------------------------------------------
@@ -469,15 +550,20 @@ class Controller:
         self.queue = WorkQueue()
         self.informers: list[Informer] = []
         self.recorder = EventRecorder(api, self.name)
+        building = _BUILDING.get()
+        self._building = building  # its handler list fills while the subclass wires its informers
 
     @classmethod
     def from_options(cls, api: Api, options: dict[str, Any]) -> Controller:
         return cls(api)
 
     def informer(self, path: str, **kw: Any) -> Informer:
-        inf = Informer(self.api, path, **kw)
+        inf = self._building.factory.informer(path, **kw) if self._building is not None else Informer(self.api, path, **kw)
         self.informers.append(inf)
         return inf
+
+    def _shared(self, inf: Informer) -> bool:
+        return self._building is not None and self._building.factory.owns(inf)
 
     def enqueue(self, obj: Obj) -> None:
         self.queue.add(key_of(obj))
@@ -516,7 +602,18 @@ class Controller:
                 self.queue.add_after(key, again)
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(inf.run(), name=f"{self.name}:{inf.path}") for inf in self.informers]
+        tasks = [asyncio.create_task(inf.run(), name=f"{self.name}:{inf.path}")
+                 for inf in self.informers if not self._shared(inf)]
+        mine = [h for h in self._building.handlers if h.informer in self.informers] if self._building else []
+        for inf in self.informers:
+            if self._shared(inf):
+                if inf.synced.is_set():  # a late handler hears of what is there already (client-go)
+                    for h in mine:
+                        if h.informer is inf and h.late and h.on_add is not None:
+                            for obj in list(inf.cache.values()):
+                                h.on_add(obj)
+                assert self._building is not None
+                self._building.factory.start(inf)
         try:
             await self.wait_synced()
             tasks += [asyncio.create_task(self._worker(), name=f"{self.name}:worker{i}")
@@ -524,6 +621,8 @@ class Controller:
             await asyncio.gather(*tasks)
         finally:
             self.queue.shutdown()
+            for h in mine:
+                h.informer.remove_handlers(h)
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

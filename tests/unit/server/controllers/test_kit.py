@@ -14,8 +14,10 @@ from pykubelet.server.controllers.kit import (
     Expectations,
     Informer,
     ItemExponentialFailureRateLimiter,
+    SharedInformers,
     WorkQueue,
     key_of,
+    sharing,
 )
 
 Obj = dict[str, Any]
@@ -176,3 +178,43 @@ async def test_controller_retries_a_failing_key_with_backoff_and_stops_on_cancel
     assert ctl.calls[:4] == ["ns/x"] * 4
     assert not ctl.overlap
     assert ctl.queue.num_requeues("ns/x") == 0  # forgotten after success
+
+
+class _PodWatcher(Controller):
+    name = "pod-watcher"
+
+    def __init__(self, api: Any) -> None:
+        super().__init__(api, workers=1)
+        self.pods = self.informer("/api/v1/pods")
+        self.seen: list[str] = []
+        self.pods.add_handlers(on_add=lambda o: self.seen.append(key_of(o)))
+
+    async def reconcile(self, key: str) -> float | None:
+        return None
+
+
+async def test_controllers_built_together_share_one_watch_and_a_stopped_one_leaves_no_handler() -> None:
+    api = FakeApi([_obj("a"), _obj("b")], [])
+    shared = SharedInformers(api)  # type: ignore[arg-type]
+    with sharing(shared):
+        first = _PodWatcher(api)
+    with sharing(shared):
+        second = _PodWatcher(api)
+    assert first.pods is second.pods
+    t1 = asyncio.create_task(first.run())
+    await asyncio.wait_for(api.idle.wait(), 2)
+    t2 = asyncio.create_task(second.run())
+    with sharing(shared):
+        late = _PodWatcher(api)  # e.g. a restarted controller: what exists is replayed to it as adds
+    t3 = asyncio.create_task(late.run())
+    await asyncio.sleep(0.05)
+    assert api.lists == 1
+    assert sorted(first.seen) == sorted(second.seen) == sorted(late.seen) == ["default/a", "default/b"]
+    t3.cancel()
+    t2.cancel()
+    await asyncio.gather(t2, t3, return_exceptions=True)
+    first.pods.apply("ADDED", _obj("c"))
+    assert "default/c" in first.seen and "default/c" not in second.seen
+    t1.cancel()
+    await asyncio.gather(t1, return_exceptions=True)
+    await shared.close()
