@@ -54,6 +54,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from pykubelet.common.apiclient import ApiError
+from pykubelet.common.timestamps import parse_time
 from pykubelet.common.tolerations import matching_tolerations
 
 log = logging.getLogger(__name__)
@@ -83,16 +84,6 @@ CONTROLLER_NAME = "node-controller"
 
 def fmt_time(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(s: Any) -> datetime | None:
-    if not isinstance(s, str) or not s:
-        return None
-    try:
-        t = datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def _meta(o: Obj) -> Obj:

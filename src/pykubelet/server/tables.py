@@ -27,6 +27,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from pykubelet.common.timestamps import parse_time
 from pykubelet.server import rbac
 
 Obj = dict[str, Any]
@@ -56,16 +57,6 @@ AGE_COL = col("Age", desc=_AGE_DESC)
 
 
 # --- time helpers ---------------------------------------------------------------------------
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not value or not isinstance(value, str):
-        return None
-    try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def human_duration(seconds_f: float) -> str:

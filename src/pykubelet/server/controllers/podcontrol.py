@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
+from pykubelet.common.timestamps import parse_time
 from pykubelet.server.selectors import label_selector_matches
 
 Obj = dict[str, Any]
@@ -54,16 +55,6 @@ def replicas(o: Obj) -> int:
     """``spec.replicas`` with upstream's default of 1 when unset."""
     r = spec(o).get("replicas")
     return int(r) if r is not None else 1
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not value or not isinstance(value, str):
-        return None
-    try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 # --- owner references -----------------------------------------------------------------------
