@@ -43,6 +43,7 @@ from pykubelet.server import (
     garbagecollection,
     managedfields,
     pdb,
+    podsecurity,
     rbac,
     schema,
     storagevalidation,
@@ -104,6 +105,7 @@ class RequestContext:
     field_manager: str = ""
     field_validation: str = "Warn"
     duplicates: dict[int, list[str]] = field(default_factory=dict)
+    admission_warnings: list[str] = field(default_factory=list)  # e.g. Pod Security's warn mode
 
 
 def _encode_continue(rv: int, key: tuple[str, str]) -> str:
@@ -461,7 +463,8 @@ class Registry:
         body = self._decode_as(ri, body, ctx, warnings)
         if ri.group == "events.k8s.io":
             body = events_conv.to_core(body)
-        return self._create_obj(ri, ns, body, ctx), warnings
+        created = self._create_obj(ri, ns, body, ctx)
+        return created, warnings + ctx.admission_warnings
 
     def _create_obj(self, ri: ResourceInfo, ns: str, body: Obj, ctx: RequestContext,
                     operation: str = "Update") -> Obj:
@@ -496,7 +499,7 @@ class Registry:
             podspec.default_pod(obj, not_ready_toleration_seconds=self.default_not_ready_toleration_seconds,
                                 unreachable_toleration_seconds=self.default_unreachable_toleration_seconds)
             obj.setdefault("status", {}).setdefault("phase", "Pending")
-            self._admit_pod(obj, ns, meta.get("name", ""))
+            self._admit_pod(obj, ns, meta.get("name", ""), ctx)
         elif ri.resource == "persistentvolumeclaims":
             obj["status"] = {}
             storagevalidation.default_pvc(obj)
@@ -555,16 +558,20 @@ class Registry:
             self._namespace_children(meta["name"])
         return self.present(ri, stored)
 
-    def _admit_pod(self, pod: Obj, ns: str, name: str) -> None:
-        """ServiceAccount admission (on create only, as upstream)."""
-        if admission.is_mirror_pod(pod):
-            return
-        sa = self.store.peek("serviceaccounts", ns, admission.service_account_name(pod))
+    def _admit_pod(self, pod: Obj, ns: str, name: str, ctx: RequestContext) -> None:
+        """ServiceAccount admission (on create only, as upstream), the other mutating plugins, then
+        Pod Security (validating, last)."""
+        if not admission.is_mirror_pod(pod):
+            sa = self.store.peek("serviceaccounts", ns, admission.service_account_name(pod))
+            try:
+                admission.admit_service_account(pod, sa)
+            except admission.AdmissionError as e:
+                raise StatusError(403, "Forbidden", f'pods "{name}" is forbidden: {e}', name=name, kind="pods") from e
+            admissionplugins.admit_pod(self.store, pod, ns, name)  # LimitRanger, Priority
         try:
-            admission.admit_service_account(pod, sa)
-        except admission.AdmissionError as e:
+            ctx.admission_warnings += podsecurity.admit(pod, self.store.peek("namespaces", "", ns))
+        except podsecurity.PodSecurityViolation as e:
             raise StatusError(403, "Forbidden", f'pods "{name}" is forbidden: {e}', name=name, kind="pods") from e
-        admissionplugins.admit_pod(self.store, pod, ns, name)  # LimitRanger, Priority
 
     # ---------------------------------------------------------------- update
     async def update(self, ri: ResourceInfo, ns: str, name: str, sub: str, body: Obj,
