@@ -143,8 +143,8 @@ TABLE: dict[str, FieldSupport] = {
     "containerLogMaxFiles": _s(),
     "containerLogMaxWorkers": _n("one rotation worker"),
     "containerLogMonitorInterval": _s(),
-    "configMapAndSecretChangeDetectionStrategy": _p("volumes follow their source every syncFrequency (Watch "
-                                                    "and Cache behave alike)"),
+    "configMapAndSecretChangeDetectionStrategy": _p("Watch: one watch per referenced ConfigMap/Secret; Get: a "
+                                                    "GET per read; Cache reads like Get (no TTL)"),
     "systemReserved": _s("node allocatable"),
     "kubeReserved": _s("node allocatable"),
     "reservedSystemCPUs": _s("the static CPU manager's reserved CPUs"),

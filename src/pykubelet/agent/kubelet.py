@@ -134,6 +134,7 @@ class Kubelet:
             root_dir=self.root_dir, api=api, recorder=recorder, mounter=volume_mounter,
             refresh_period=(volume_refresh_period if volume_refresh_period is not None
                             else lambda: max(1.0, self.config.sync_frequency)),
+            change_detection=cfg.config_map_and_secret_change_detection_strategy,
         )
         self.runtime_manager = RuntimeManager(
             runtime, images=self.images, recorder=recorder, pod_logs_dir=str(cfg.pod_logs_dir),
@@ -162,6 +163,7 @@ class Kubelet:
         self.syncer = PodSyncer(
             pods=self.pod_manager, runtime=self.runtime_manager, cache=self.cache, statuses=self.status_manager,
             probes=self.probes, recorder=recorder, mirror=mirror, host_ips=self.host_ips, hooks=self.pod_hooks,
+            refresh=self.pleg.update_pod,
         )
         self.pod_workers = PodWorkers(self.syncer)
         self.housekeeping = Housekeeping(pods=self.pod_manager, workers=self.pod_workers,

@@ -18,6 +18,15 @@ was *queried* (taken before the query) and the cache has a global timestamp move
 complete relist, so a worker can tell whether the cache already holds a view newer than its own last
 sync (``newer_than``) or must query the runtime itself.
 ``healthy()`` is False when the last relist is older than 3 minutes (upstream relistThreshold).
+
+``update_pod(uid)`` is the targeted update a pod worker asks for right after its sync started
+containers (what upstream's Evented PLEG and ``GenericPLEG.UpdateCache`` give): one pod's status is
+read, stored in the cache, diffed against the states the PLEG last reported for that pod, and the
+events emitted at once, so the started containers reach the status manager without waiting up to a
+relist period (and a relist at 1,000 pods does not re-fetch 1,000 statuses it already has). The
+relist stays the safety net and emits no event twice: a targeted update records the states it
+reported (the relist's own "old" view) and the query time; a relist that listed before that time
+leaves the pod to the targeted view, and a targeted answer older than a finished relist is dropped.
 """
 
 from __future__ import annotations
@@ -125,6 +134,7 @@ class GenericPLEG:
         self._last_relist = 0.0
         self._last_relist_mono: float | None = None
         self._task: asyncio.Task[None] | None = None
+        self._targeted: dict[str, float] = {}  # uid → query time of its last targeted update
         self.relist_count = 0
 
     def healthy(self) -> bool:
@@ -156,6 +166,29 @@ class GenericPLEG:
         results = await asyncio.gather(*(one(uid) for uid in uids))
         return dict(zip(uids, results, strict=True))
 
+    async def update_pod(self, uid: str) -> RuntimePodStatus:
+        """Targeted update of one pod (see the module docstring): its fresh status is cached and the
+        changes since the states last reported for it are emitted now. Raises what the runtime raised."""
+        ts = self.clock()
+        status = await self.manager.get_pod_status(uid)
+        if self._last_relist > ts:
+            return self.cache.get(uid)  # a relist that listed after this query already reported it
+        new = pod_states(status)
+        old = self._old.get(uid, {})
+        self.cache.set(uid, status)
+        self._targeted[uid] = ts
+        self._old[uid] = new
+        for cid in set(old) | set(new):
+            for event in _events(uid, cid, old.get(cid), new.get(cid)):
+                self._emit(event)
+        return self.cache.get(uid)
+
+    def _emit(self, event: PodLifecycleEvent) -> None:
+        try:
+            self.on_event(event)
+        except Exception:
+            log.exception("PLEG event handler failed on %s", event)
+
     async def relist(self) -> None:
         ts = self.clock()
         t0 = time.monotonic()
@@ -163,15 +196,15 @@ class GenericPLEG:
             metrics.PLEG_RELIST_INTERVAL.observe(t0 - self._last_relist_mono)
         listing = await self.manager.list_runtime()
         current = listing.pods
-        changed: dict[str, list[PodLifecycleEvent]] = {}
-        for uid in set(current) | set(self._old):
-            old, new = self._old.get(uid, {}), current.get(uid, {})
-            if old == new and self.cache.has(uid):
-                continue
-            events = [e for cid in set(old) | set(new) for e in _events(uid, cid, old.get(cid), new.get(cid))]
-            changed[uid] = events or [PodLifecycleEvent(uid, PodLifecycleEventType.POD_SYNC)]
+        before = dict(self._targeted)
+        changed = [uid for uid in set(current) | set(self._old)
+                   if current.get(uid, {}) != self._old.get(uid, {}) or not self.cache.has(uid)]
         fetched = await self._statuses([uid for uid in changed if uid in current])
-        for uid, events in changed.items():
+        # pods a targeted update queried after this listing began: their view and events stand
+        newer = {uid for uid, at in self._targeted.items() if at >= ts}
+        for uid in changed:
+            if uid in newer:
+                continue
             if uid in current:
                 got = fetched[uid]
                 if isinstance(got, Exception):
@@ -184,11 +217,17 @@ class GenericPLEG:
             self.cache.set(uid, status)
             if uid not in current:
                 self.cache.delete(uid)
+            # diffed now, not before the awaits: a targeted update may have reported part of it
+            old, new = self._old.get(uid, {}), current.get(uid, {})
+            events = [e for cid in set(old) | set(new) for e in _events(uid, cid, old.get(cid), new.get(cid))]
+            if not events and self._targeted.get(uid) == before.get(uid):
+                events = [PodLifecycleEvent(uid, PodLifecycleEventType.POD_SYNC)]
             for event in events:
-                try:
-                    self.on_event(event)
-                except Exception:
-                    log.exception("PLEG event handler failed on %s", event)
+                self._emit(event)
+        for uid in newer:
+            if uid in self._old:
+                current[uid] = self._old[uid]
+        self._targeted = {uid: self._targeted[uid] for uid in newer}
         self._old = current
         self._last_relist = ts
         self._last_relist_mono = time.monotonic()
@@ -201,6 +240,14 @@ class GenericPLEG:
             counts[container_state(c.state)] += 1
         for state, n in counts.items():
             metrics.RUNNING_CONTAINERS.labels(state.value).set(n)
+
+
+def pod_states(status: RuntimePodStatus) -> dict[str, ContainerState]:
+    """One pod's sandbox and container id → state, as a relist lists them (a sandbox is running
+    when ready, exited when not)."""
+    states = {sb.id: ContainerState.RUNNING if sb.ready else ContainerState.EXITED for sb in status.sandboxes}
+    states.update((c.id, c.state) for c in status.containers)
+    return states
 
 
 def _events(uid: str, cid: str, old: ContainerState | None, new: ContainerState | None) -> list[PodLifecycleEvent]:

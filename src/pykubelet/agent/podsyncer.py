@@ -9,8 +9,9 @@ module decides *what* a sync does, as upstream's three methods:
   (``DeadlineExceeded``); register its probes; make sure its mirror pod exists (static pods); run the
   ``PodLifecycleHook``s that must succeed before containers start (pod directories, the pod cgroup;
   volumes plug in here); then ``RuntimeManager.sync_pod``. When that started containers the runtime
-  is re-read at once and the new status handed over, so ``Running`` reaches the API without waiting
-  for the next relist. A crash-loop back-off or a deadline asks the worker to come back
+  is re-read at once (the PLEG's targeted ``update_pod``: cache and events, so the next relist has
+  nothing left to fetch) and the new status handed over, so ``Running`` reaches the API without
+  waiting for the next relist. A crash-loop back-off or a deadline asks the worker to come back
   (``requeue_after``), since nothing else would wake it in time.
 - ``sync_terminating_pod``: stop every container with the grace period, report the final status.
 - ``sync_terminated_pod``: remove the probes, release the hooks (cgroup), let the status manager
@@ -28,7 +29,7 @@ import calendar
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from pykubelet.agent import metrics
@@ -107,6 +108,7 @@ class PodSyncer:
         host_ips: list[str],
         hooks: list[PodLifecycleHook],
         clock: Callable[[], float] = time.time,
+        refresh: Callable[[str], Awaitable[RuntimePodStatus]] | None = None,
     ) -> None:
         self.pods = pods
         self.runtime = runtime
@@ -118,6 +120,8 @@ class PodSyncer:
         self.host_ips = host_ips
         self.hooks = hooks
         self.clock = clock
+        # the PLEG's targeted update (cache + events at once); a bare runtime query without a PLEG
+        self.refresh = refresh
         self._last_sync: dict[str, float] = {}
 
     def forget(self, uid: str) -> None:
@@ -232,11 +236,14 @@ class PodSyncer:
         """
         uid = pod_uid(pod)
         try:
-            fresh = await self.runtime.get_pod_status(uid)
+            if self.refresh is not None:
+                fresh = await self.refresh(uid)
+            else:
+                fresh = await self.runtime.get_pod_status(uid)
+                self.cache.set(uid, fresh)
         except Exception as e:
             log.debug("runtime status of pod %s after start: %s", uid, e)
             return rt
-        self.cache.set(uid, fresh)
         status = self.generate(pod, fresh)
         self.statuses.set_pod_status(pod, status)
         self._observe_start(uid, status)

@@ -146,9 +146,12 @@ def real(path: Path) -> str:
 
 
 def put_objects(h: Harness, conf: str = "level=info") -> None:
-    h.api.put(CM_PATH, {"metadata": {"name": "app-config"}, "data": {"app.conf": conf}})
-    h.api.put(SECRET_PATH, {"metadata": {"name": "app-secret"},
-                            "data": {"token": base64.b64encode(b"s3cr3t").decode()}})
+    """Create or change the ConfigMap and Secret, telling watchers as the API server does (the agent
+    reads them through watches, its default configMapAndSecretChangeDetectionStrategy)."""
+    for path, obj in [(CM_PATH, {"metadata": {"name": "app-config"}, "data": {"app.conf": conf}}),
+                      (SECRET_PATH, {"metadata": {"name": "app-secret"},
+                                     "data": {"token": base64.b64encode(b"s3cr3t").decode()}})]:
+        h.api.put(path, obj, notify="MODIFIED" if path in h.api.objects else "ADDED")
 
 
 async def test_containers_get_their_volumes_and_the_secret_lives_on_tmpfs(harness: Harness) -> None:

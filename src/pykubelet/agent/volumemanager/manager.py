@@ -24,6 +24,12 @@ API objects, which the atomic writer turns into nothing (unchanged) or one atomi
 service-account tokens are renewed there too. A failure on a running pod is a FailedMount event, the
 pod keeps its last content. The refresh also reports emptyDir volumes over their ``sizeLimit``.
 
+ConfigMaps and Secrets are read as ``configMapAndSecretChangeDetectionStrategy`` says
+(``objects``): with ``Watch`` (the kubelet's default) one watch per referenced object, released
+with the last pod's volumes; with ``Get``/``Cache`` a GET per read. A refresh pass rewrites nothing
+whose content is unchanged (``plugins.base.project``): a token younger than 80 % of its lifetime and
+an unchanged CA bundle cost no file I/O.
+
 ``mounts_for(pod, container, env)`` turns the container's ``volumeMounts`` into CRI mounts (``mounts``),
 passed to the runtime manager as a plain callable.
 
@@ -56,7 +62,12 @@ from pykubelet.agent.types import JSONObj, Pod
 from pykubelet.agent.volumemanager import stats as volume_stats
 from pykubelet.agent.volumemanager.mounter import Mounter, SystemMounter, mounts_under
 from pykubelet.agent.volumemanager.mounts import container_mounts
-from pykubelet.agent.volumemanager.objects import ObjectApi, ObjectSource, TokenManager
+from pykubelet.agent.volumemanager.objects import (
+    ChangeDetectionStrategy,
+    ObjectApi,
+    ObjectSource,
+    TokenManager,
+)
 from pykubelet.agent.volumemanager.plugins import find_plugin
 from pykubelet.agent.volumemanager.plugins.base import PodContext
 from pykubelet.agent.volumemanager.plugins.downwardapi import metadata_fingerprint
@@ -68,6 +79,7 @@ from pykubelet.agent.volumemanager.types import (
     PluginName,
     VolumeState,
 )
+from pykubelet.agent.volumemanager.watchcache import WatchApi, WatchedObjects
 from pykubelet.common.aio import cancel_and_wait, run_every
 from pykubelet.common.procfs import read_meminfo
 from pykubelet.cri import pb
@@ -108,6 +120,15 @@ def failure_message(name: str, err: MountError, unmounted: list[str]) -> str:
     return f'MountVolume.SetUp failed for volume "{name}" : {err.message}'
 
 
+def _strategy(value: ChangeDetectionStrategy | str) -> ChangeDetectionStrategy:
+    try:
+        return ChangeDetectionStrategy(value)
+    except ValueError:
+        log.warning("configMapAndSecretChangeDetectionStrategy %r is not one of Watch, Cache, Get: using Watch",
+                    value)
+        return ChangeDetectionStrategy.WATCH
+
+
 def _node_allocatable() -> dict[str, Decimal]:
     return {"cpu": Decimal(os.cpu_count() or 1), "memory": Decimal(read_meminfo().get("MemTotal", 0))}
 
@@ -127,10 +148,14 @@ class VolumeManager:
         retry_initial: float = RETRY_INITIAL,
         retry_max: float = RETRY_MAX,
         clock: Callable[[], float] = time.time,
+        change_detection: ChangeDetectionStrategy | str = ChangeDetectionStrategy.GET,
     ) -> None:
         self.pods_dir = Path(root_dir) / "pods"
         self.recorder = recorder
-        self.objects = ObjectSource(api)
+        self.strategy = _strategy(change_detection)
+        self.watched = (WatchedObjects(api) if self.strategy is ChangeDetectionStrategy.WATCH
+                        and isinstance(api, WatchApi) else None)
+        self.objects = ObjectSource(api, watched=self.watched)
         self.refresh_period = refresh_period
         self.tokens = TokenManager(api, clock=clock, lookahead=self._refresh_period)
         self.mounter: Mounter = mounter if mounter is not None else SystemMounter()
@@ -153,6 +178,8 @@ class VolumeManager:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
+        if self.watched is not None:
+            await self.watched.stop()
 
     def _refresh_period(self) -> float:
         p = self.refresh_period
@@ -196,7 +223,7 @@ class VolumeManager:
             self._desired[uid] = pod
             self._touched[uid] = time.time()
             mounted = self._actual.setdefault(uid, {})
-            ctx = self._context(pod, self.objects)
+            ctx = self._context(pod, self.objects.for_pod(uid))
             todo = [v for v in volumes if self._needs_setup(mounted.get(str(v.get("name", ""))), v, pod)]
 
             async def one(vol: JSONObj) -> tuple[str, MountError] | None:
@@ -228,6 +255,8 @@ class VolumeManager:
             self._failures.pop(uid, None)
             self._actual.pop(uid, None)
             self.tokens.forget_pod(uid)
+            if self.watched is not None:
+                self.watched.release(uid)
             try:
                 await asyncio.to_thread(self._teardown_pod, uid)
             except OSError as e:
@@ -286,7 +315,7 @@ class VolumeManager:
                 mounted = self._actual.get(uid)
                 if pod is None or mounted is None:
                     continue
-                ctx = self._context(pod, objects)
+                ctx = self._context(pod, objects.for_pod(uid))
                 for name, mv in list(mounted.items()):
                     if mv.state is VolumeState.RECONSTRUCTED or mv.plugin not in REMOUNTED_PLUGINS:
                         continue

@@ -1,11 +1,17 @@
 """The API objects volumes are made from: ConfigMaps, Secrets, claims, PersistentVolumes, tokens.
 
-Upstream's kubelet reads ConfigMaps and Secrets through a watch-based cache and gets its messages
-from it: a missing object is ``configmap "x" not found`` / ``secret "x" not found`` (the cache's
-group-resource is the singular name). Here a plain GET answers, with those same messages; one refresh
-round of the volume manager shares one ``ObjectSource`` snapshot (``snapshot()``) so a ConfigMap
-used by a hundred pods is read once per round, while a pod that waits for a missing object always
-reads afresh, so it starts as soon as the object exists.
+Upstream's kubelet reads ConfigMaps and Secrets as ``configMapAndSecretChangeDetectionStrategy``
+says, with the same messages each way: a missing object is ``configmap "x" not found`` / ``secret
+"x" not found`` (the cache's group-resource is the singular name).
+
+- ``Watch`` (the default): through ``watchcache.WatchedObjects``, one watch per referenced object, so
+  the CA ConfigMap of 1,000 service-account token volumes costs one LIST, not 1,000 GETs; each pod's
+  view (``for_pod(uid)``) records its references, released with the pod's volumes.
+- ``Get`` and ``Cache``: a GET per read, except that one refresh round of the volume manager shares
+  one snapshot (``snapshot()``), so a ConfigMap used by a hundred pods is read once per round, while
+  a pod that waits for a missing object always reads afresh. (Upstream's ``Cache`` keeps answers for
+  the node's TTL and refetches when a pod registers; here it reads like ``Get``, which is never
+  staler.)
 
 Persistent volumes: the claim (``persistentvolumeclaims``) and then its PersistentVolume are read
 through the API. A 404 without an object name in its Status means the API server does not serve the
@@ -24,6 +30,7 @@ audiences, lifetime, pod), and requested again before 80 % of its lifetime passe
 from __future__ import annotations
 
 import calendar
+import enum
 import logging
 import time
 from collections.abc import Callable
@@ -32,6 +39,7 @@ from typing import Protocol
 
 from pykubelet.agent.types import JSONObj
 from pykubelet.agent.volumemanager.types import MountError
+from pykubelet.agent.volumemanager.watchcache import WatchedObjects
 
 log = logging.getLogger(__name__)
 
@@ -82,17 +90,35 @@ PVC = _Kind("persistentvolumeclaim", "persistentvolumeclaims")
 PV = _Kind("persistentvolume", "persistentvolumes")
 
 
-class ObjectSource:
-    """GETs with upstream's not-found semantics; a snapshot shares answers within one round."""
+class ChangeDetectionStrategy(enum.StrEnum):
+    """Upstream ``ResourceChangeDetectionStrategy`` (``configMapAndSecretChangeDetectionStrategy``)."""
 
-    def __init__(self, api: ObjectApi | None, *, shared: bool = False) -> None:
+    WATCH = "Watch"
+    CACHE = "Cache"
+    GET = "Get"
+
+
+class ObjectSource:
+    """Reads with upstream's not-found semantics; ConfigMaps and Secrets through ``watched`` when the
+    strategy is Watch; a snapshot shares GET answers within one round."""
+
+    def __init__(self, api: ObjectApi | None, *, shared: bool = False, watched: WatchedObjects | None = None,
+                 ref: str = "") -> None:
         self.api = api
+        self.watched = watched
+        self.ref = ref
         self._shared = shared
         self._cache: dict[tuple[str, str, str], JSONObj | None] = {}
 
     def snapshot(self) -> ObjectSource:
         """A view whose answers are cached for its lifetime (one refresh round)."""
-        return ObjectSource(self.api, shared=True)
+        return ObjectSource(self.api, shared=True, watched=self.watched)
+
+    def for_pod(self, uid: str) -> ObjectSource:
+        """The same source, reading (and referencing watched objects) on behalf of pod ``uid``."""
+        out = ObjectSource(self.api, shared=self._shared, watched=self.watched, ref=uid)
+        out._cache = self._cache
+        return out
 
     async def _get(self, kind: _Kind, namespace: str, name: str) -> JSONObj | None:
         key = (kind.plural, namespace, name)
@@ -103,7 +129,11 @@ class ObjectSource:
         path = (f"/api/v1/namespaces/{namespace}/{kind.plural}/{name}" if namespace
                 else f"/api/v1/{kind.plural}/{name}")
         try:
-            obj: JSONObj | None = await self.api.get(path)
+            obj: JSONObj | None
+            if self.watched is not None and kind in (CONFIGMAP, SECRET) and namespace:
+                obj = await self.watched.get(kind.plural, namespace, name, self.ref)
+            else:
+                obj = await self.api.get(path)
         except Exception as e:
             if _status(e) != 404:
                 raise MountError(f'cannot get {kind.singular} "{name}": {_api_message(e)}') from e

@@ -96,6 +96,7 @@ class MountedVolume:
     pvc: tuple[str, str] | None = None  # (namespace, claim) of a persistentVolumeClaim volume
     metadata_seen: str = ""  # pod labels/annotations the downward API content was made from
     limit_reported: bool = False  # an over-sizeLimit warning was already recorded
+    content: str = ""  # fingerprint of the projected files (plugins.base.project): unchanged → not rewritten
 
 
 def pod_dir(pods_dir: Path, uid: str) -> Path:

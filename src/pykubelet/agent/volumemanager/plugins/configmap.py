@@ -94,6 +94,6 @@ class ConfigMapPlugin:
             cm = {}
         payload = make_payload(items, cm, default_mode, optional)
         path = ctx.volume_dir(self.name, vol_name)
-        await project(ctx, path, Medium.DISK, payload)
+        content = await project(ctx, path, Medium.DISK, payload, current=current)
         return MountedVolume(name=vol_name, plugin=self.name, host_path=str(path), dir=path, read_only=True,
-                             spec=volume)
+                             content=content, spec=volume)

@@ -103,6 +103,6 @@ class DownwardAPIPlugin:
             raise MountError("items: must be a list of objects")
         payload = collect_data(items, ctx.pod, ctx.node_allocatable, default_mode)
         path = ctx.volume_dir(self.name, vol_name)
-        await project(ctx, path, Medium.DISK, payload)
+        content = await project(ctx, path, Medium.DISK, payload, current=current)
         return MountedVolume(name=vol_name, plugin=self.name, host_path=str(path), dir=path, read_only=True,
-                             spec=volume, metadata_seen=metadata_fingerprint(ctx.pod))
+                             content=content, spec=volume, metadata_seen=metadata_fingerprint(ctx.pod))

@@ -15,11 +15,14 @@ tmpfs (upstream wraps a memory emptyDir: tokens and secrets stay off the disk), 
   token-file ownership), and fsGroup ownership then opens it to the group;
 - ``clusterTrustBundle`` and ``podCertificate`` are not supported and say so.
 
-Errors of several sources are reported together (upstream aggregates them). Containers mount it
+Sources are read side by side (a token's TokenRequest and the CA ConfigMap are two API round trips);
+errors of several sources are reported together, in the sources' order (upstream aggregates them). Containers mount it
 read-only; it follows its sources on every refresh.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from pykubelet.agent.types import JSONObj
 from pykubelet.agent.volumemanager.atomic_writer import FileProjection
@@ -89,17 +92,24 @@ class ProjectedPlugin:
         sources = src.get("sources") or []
         if not isinstance(sources, list) or not all(isinstance(s, dict) for s in sources):
             raise MountError("sources: must be a list of objects")
+        async def one(source: JSONObj) -> dict[str, FileProjection] | MountError:
+            try:
+                return await self._source(ctx, source, default_mode)
+            except MountError as e:
+                return e
+
+        # the sources side by side: the TokenRequest and the CA ConfigMap are two API round trips
         payload: dict[str, FileProjection] = {}
         errors: list[str] = []
-        for source in sources:
-            try:
-                payload.update(await self._source(ctx, source, default_mode))
-            except MountError as e:
-                errors.append(e.message)
+        for got in await asyncio.gather(*(one(s) for s in sources)):
+            if isinstance(got, MountError):
+                errors.append(got.message)
+            else:
+                payload.update(got)
         if errors:
             raise MountError(downwardapi.aggregate(errors))
         path = ctx.volume_dir(self.name, vol_name)
-        await project(ctx, path, Medium.MEMORY, payload, size=tmpfs_size(ctx, None))
+        content = await project(ctx, path, Medium.MEMORY, payload, size=tmpfs_size(ctx, None), current=current)
         return MountedVolume(name=vol_name, plugin=self.name, host_path=str(path), dir=path, read_only=True,
-                             medium=Medium.MEMORY, spec=volume,
+                             medium=Medium.MEMORY, content=content, spec=volume,
                              metadata_seen=downwardapi.metadata_fingerprint(ctx.pod))

@@ -76,6 +76,6 @@ class SecretPlugin:
             secret = {}
         payload = make_payload(items, secret, default_mode, optional)
         path = ctx.volume_dir(self.name, vol_name)
-        await project(ctx, path, Medium.MEMORY, payload, size=tmpfs_size(ctx, None))
+        content = await project(ctx, path, Medium.MEMORY, payload, size=tmpfs_size(ctx, None), current=current)
         return MountedVolume(name=vol_name, plugin=self.name, host_path=str(path), dir=path, read_only=True,
-                             medium=Medium.MEMORY, spec=volume)
+                             medium=Medium.MEMORY, content=content, spec=volume)
