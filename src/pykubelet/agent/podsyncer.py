@@ -5,7 +5,8 @@ The pod workers (``podworkers.PodWorkers``) decide *when* a pod is synced and in
 module decides *what* a sync does, as upstream's three methods:
 
 - ``sync_pod`` (the pod should run): generate the API status from the runtime view and hand it to
-  the status manager; stop if the pod is terminal or its ``activeDeadlineSeconds`` passed
+  the status manager (skipped when nothing it is made from changed since a generation that changed
+  nothing: a periodic resync of an idle pod costs no generation and no comparison); stop if the pod is terminal or its ``activeDeadlineSeconds`` passed
   (``DeadlineExceeded``); register its probes; make sure its mirror pod exists (static pods); run the
   ``PodLifecycleHook``s that must succeed before containers start (pod directories, the pod cgroup;
   volumes plug in here); then ``RuntimeManager.sync_pod``. When that started containers the runtime
@@ -30,6 +31,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pykubelet.agent import metrics
@@ -92,6 +94,23 @@ class PodDirectories:
         self._made.discard(uid)
 
 
+@dataclass(frozen=True)
+class _StatusInputs:
+    """What one status generation was made from (besides the clock, which only stamps changes)."""
+
+    rt: RuntimePodStatus
+    pod: Pod
+    version: int  # the status manager's version of the cached (previous) status
+    reasons: dict[str, tuple[str, str]]
+    probes: dict[str, tuple[bool, bool]]
+    host_ips: tuple[str, ...]
+
+    def same_as(self, other: _StatusInputs | None) -> bool:
+        return (other is not None and self.rt is other.rt and self.pod is other.pod
+                and self.version == other.version and self.reasons == other.reasons
+                and self.probes == other.probes and self.host_ips == other.host_ips)
+
+
 class PodSyncer:
     """Implements ``podworkers.PodSyncer`` for the kubelet."""
 
@@ -123,9 +142,12 @@ class PodSyncer:
         # the PLEG's targeted update (cache + events at once); a bare runtime query without a PLEG
         self.refresh = refresh
         self._last_sync: dict[str, float] = {}
+        # uid → what the last status generation that changed nothing was made from (``_update_status``)
+        self._unchanged: dict[str, _StatusInputs] = {}
 
     def forget(self, uid: str) -> None:
         self._last_sync.pop(uid, None)
+        self._unchanged.pop(uid, None)
 
     # ------------------------------------------------------------------ the runtime view
     async def _runtime_status(self, uid: str) -> RuntimePodStatus:
@@ -139,13 +161,38 @@ class PodSyncer:
     def generate(self, pod: Pod, status: RuntimePodStatus, *, terminal: bool = False) -> JSONObj:
         uid = pod_uid(pod)
         p = pod
-        cached = self.statuses.get_pod_status(uid)
+        cached = self.statuses.peek_pod_status(uid)  # read only: generate_api_status copies what it keeps
         if cached is not None:
             p = {**pod, "status": cached}
         return generate_api_status(
             p, status, reasons=self.runtime.reasons_for(uid), host_ips=self.host_ips,
             qos_class=podutil.qos_class(pod), pod_is_terminal=terminal, probes=self._feed_probes(p, status),
         )
+
+    def _update_status(self, pod: Pod, rt: RuntimePodStatus) -> JSONObj:
+        """Generate the pod's API status and hand it to the status manager; return it.
+
+        A periodic resync of an idle pod finds the same runtime view (the cache's very object), the
+        same pod object, the same cached status version, reason cache and probe results as its last
+        generation that changed nothing: the generation would change nothing again, so it is skipped
+        and the cached status (read only) is the answer. The prober is fed the runtime view either way.
+        """
+        uid = pod_uid(pod)
+        cached = self.statuses.peek_pod_status(uid)
+        p = pod if cached is None else {**pod, "status": cached}
+        inputs = _StatusInputs(rt, pod, self.statuses.version(uid), self.runtime.reasons_for(uid),
+                               self._feed_probes(p, rt), tuple(self.host_ips))
+        if cached is not None and inputs.same_as(self._unchanged.get(uid)):
+            return cached
+        status = generate_api_status(
+            p, rt, reasons=inputs.reasons, host_ips=self.host_ips, qos_class=podutil.qos_class(pod),
+            probes=inputs.probes,
+        )
+        if self.statuses.set_pod_status(pod, status):
+            self._unchanged.pop(uid, None)
+        else:
+            self._unchanged[uid] = inputs
+        return status
 
     def _feed_probes(self, pod: Pod, status: RuntimePodStatus) -> dict[str, tuple[bool, bool]]:
         """Give the prober the runtime view, return name → (started, ready) for probed containers."""
@@ -177,8 +224,7 @@ class PodSyncer:
     async def sync_pod(self, update_type: SyncPodType, pod: Pod, mirror_pod: Pod | None) -> SyncPodResult:
         uid = pod_uid(pod)
         rt = await self._runtime_status(uid)
-        status = self.generate(pod, rt)
-        self.statuses.set_pod_status(pod, status)
+        status = self._update_status(pod, rt)
         if status.get("phase") in ("Succeeded", "Failed"):
             return SyncPodResult(terminal=True)
         deadline_left = active_deadline_left(pod, status, self.clock())
@@ -208,7 +254,8 @@ class PodSyncer:
             rt = await self._refresh_after_start(pod, rt)
         elif result.actions is not None and not result.actions.kill_pod:
             # nothing changed in the runtime: refresh waiting reasons (CrashLoopBackOff, ...) now
-            self.statuses.set_pod_status(pod, self.generate(pod, rt))
+            # (skipped when neither they nor anything else the status is made from changed)
+            self._update_status(pod, rt)
         with contextlib.suppress(Exception):
             await self.runtime.gc_pod(rt)
         requeue: float | None = None

@@ -318,3 +318,28 @@ def test_status_equal_ignores_timestamps() -> None:
     b = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2"}]}
     assert status_equal(a, b)
     assert not status_equal(a, {**b, "phase": "Failed"})
+
+
+def test_status_equal_ignores_condition_order_but_not_their_content_and_changes_neither_status() -> None:
+    ready = {"type": "Ready", "status": "True", "lastProbeTime": None, "lastTransitionTime": "1"}
+    sched = {"type": "PodScheduled", "status": "True", "lastTransitionTime": "1"}
+    a = {"phase": "Running", "conditions": [ready, sched]}
+    b = {"phase": "Running", "conditions": [{**sched, "lastTransitionTime": "2"}, {**ready, "lastProbeTime": "3"}]}
+    before = copy.deepcopy((a, b))
+    assert status_equal(a, b)
+    assert (a, b) == before
+    assert not status_equal(a, {**b, "conditions": [sched, {**ready, "status": "False"}]})
+    assert not status_equal(a, {**a, "podIP": "198.18.0.5"})
+
+
+def test_generated_status_shares_nothing_with_the_previous_one() -> None:
+    p = pod("a")
+    p["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]}
+    before = copy.deepcopy(p["status"])
+    status = generate_api_status(p, runtime_status(running("a")))
+    for c in status["conditions"]:
+        c["status"] = "changed"
+    assert p["status"] == before
+    assert {c["type"] for c in status["conditions"]} >= {"PodScheduled", "DisruptionTarget", "Ready"}

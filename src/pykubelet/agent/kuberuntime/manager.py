@@ -170,6 +170,11 @@ class RuntimeListing:
     meta: dict[str, tuple[str, str]] = field(default_factory=dict)  # uid → (namespace, name)
     sandboxes: list[pb.PodSandbox] = field(default_factory=list)
     containers: list[pb.Container] = field(default_factory=list)
+    listed_at: float = 0.0  # wall clock taken before the List* calls
+
+
+# one listed object: its id and CRI state (the part of a listing that changes), in listing order
+_Signature = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]
 
 
 @dataclass
@@ -231,6 +236,11 @@ class RuntimeManager:
         self.node_allocatable = {"cpu": Decimal(os.cpu_count() or 1), "memory": Decimal(self.memory_capacity)}
         self.runtime_type = "containerd"  # replaced by the runtime's own name in start()
         self.reasons: dict[str, dict[str, tuple[str, str]]] = {}  # uid → container → (reason, message)
+        # list_runtime's memory of the previous listing (reused while nothing changed)
+        self.last_listing: RuntimeListing | None = None
+        self._last_signature: _Signature | None = None
+        self._last_pods: dict[str, dict[str, t.ContainerState]] = {}
+        self._owners: dict[str, tuple[str, str, str]] = {}
         # dead containers gc_pod keeps per name (--maximum-dead-containers-per-container; < 0: all, see gc.py)
         self.dead_per_container = 1
 
@@ -244,21 +254,47 @@ class RuntimeManager:
 
     # ------------------------------------------------------------------ reading the runtime
     async def list_runtime(self) -> RuntimeListing:
+        """Everything the runtime has, grouped by pod uid (see ``RuntimeListing``); also kept as
+        ``last_listing`` for readers that can use a listing up to a relist old (housekeeping).
+
+        The cost follows what changed: while every sandbox and container has the id and state it had
+        in the previous listing (an idle node), the per-pod maps of that listing are reused (a fresh
+        outer dict, so a caller may replace entries); otherwise they are rebuilt, reading the labels
+        only of objects not seen before (an object's pod never changes)."""
+        listed_at = time.time()
         sandboxes, containers = await asyncio.gather(self.runtime.list_pod_sandbox(),
                                                      self.runtime.list_containers())
-        out = RuntimeListing(sandboxes=sandboxes, containers=containers)
+        signature: _Signature = (tuple((sb.id, sb.state) for sb in sandboxes),
+                                 tuple((c.id, c.state) for c in containers))
+        last = self.last_listing
+        if last is not None and signature == self._last_signature:
+            out = RuntimeListing(pods=dict(self._last_pods), meta=last.meta, sandboxes=sandboxes,
+                                 containers=containers, listed_at=listed_at)
+            self.last_listing = out
+            return out
+        out = RuntimeListing(sandboxes=sandboxes, containers=containers, listed_at=listed_at)
+        owners: dict[str, tuple[str, str, str]] = {}  # object id → (pod uid, namespace, name)
         for sb in sandboxes:
-            uid = sb.labels.get(names.POD_UID_LABEL) or sb.metadata.uid
+            owner = owners[sb.id] = self._owners.get(sb.id) or (
+                sb.labels.get(names.POD_UID_LABEL) or sb.metadata.uid, sb.metadata.namespace, sb.metadata.name)
+            uid = owner[0]
             if not uid:
                 continue
             out.pods.setdefault(uid, {})[sb.id] = sandbox_state(sb.state)
-            out.meta.setdefault(uid, (sb.metadata.namespace, sb.metadata.name))
+            out.meta.setdefault(uid, owner[1:])
         for c in containers:
-            uid = c.labels.get(names.POD_UID_LABEL)
+            owner = owners[c.id] = self._owners.get(c.id) or (
+                c.labels.get(names.POD_UID_LABEL, ""), c.labels.get(names.POD_NAMESPACE_LABEL, ""),
+                c.labels.get(names.POD_NAME_LABEL, ""))
+            uid = owner[0]
             if not uid:
                 continue
             out.pods.setdefault(uid, {})[c.id] = container_state(c.state)
-            out.meta.setdefault(uid, (c.labels.get(names.POD_NAMESPACE_LABEL, ""), c.labels.get(names.POD_NAME_LABEL, "")))
+            out.meta.setdefault(uid, owner[1:])
+        self._owners = owners
+        self._last_signature = signature
+        self._last_pods = dict(out.pods)
+        self.last_listing = out
         return out
 
     def _container_from_status(self, s: pb.ContainerStatus) -> t.ContainerRuntimeStatus:

@@ -18,7 +18,6 @@ Pure functions of (pod spec, previous API status, RuntimePodStatus, reason cache
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -216,7 +215,8 @@ def generate_api_status(
     reasons = reasons or {}
     now_s = rfc3339(now)
     spec = pod.get("spec") or {}
-    old: dict[str, Any] = copy.deepcopy(pod.get("status") or {})
+    # read only, never changed: the conditions carried over are copied below (no deep copy per sync)
+    old: Mapping[str, Any] = pod.get("status") or {}
     inits = spec.get("initContainers") or []
     conts = spec.get("containers") or []
     init_statuses = container_statuses(pod, inits, runtime, reasons, "PodInitializing", init=True, probes=probes)
@@ -243,9 +243,9 @@ def generate_api_status(
 
     old_conds = {c.get("type", ""): c for c in old.get("conditions") or []}
     conditions: list[dict[str, Any]] = [
-        c for c in old.get("conditions") or [] if c.get("type") not in (*KUBELET_CONDITIONS, "PodScheduled")
+        dict(c) for c in old.get("conditions") or [] if c.get("type") not in (*KUBELET_CONDITIONS, "PodScheduled")
     ]
-    sched = old_conds.get("PodScheduled") or {
+    sched = dict(old_conds.get("PodScheduled") or {}) or {
         "type": "PodScheduled",
         "status": "True",
         "lastProbeTime": None,

@@ -41,30 +41,47 @@ log = logging.getLogger(__name__)
 MAX_CONCURRENT_WRITES = 32
 
 
-def _normalize(status: JSONObj) -> JSONObj:
-    s = copy.deepcopy(status)
-    for c in s.get("conditions") or []:
-        c.pop("lastProbeTime", None)
-        c.pop("lastTransitionTime", None)
-    if s.get("conditions"):
-        s["conditions"].sort(key=lambda c: c.get("type", ""))
-    return s
+_CONDITION_TIMES = ("lastProbeTime", "lastTransitionTime")
+
+
+def _conditions_key(conditions: object) -> object:
+    """Conditions without their timestamps, in type order (stable), for comparison only."""
+    if not isinstance(conditions, list):
+        return conditions
+    stripped = [{k: v for k, v in c.items() if k not in _CONDITION_TIMES} if isinstance(c, dict) else c
+                for c in conditions]
+    return sorted(stripped, key=lambda c: c.get("type", "") if isinstance(c, dict) else "")
 
 
 def status_equal(a: JSONObj, b: JSONObj) -> bool:
-    """Equality ignoring condition timestamps and ordering (upstream isPodStatusByKubeletEqual)."""
-    return _normalize(a) == _normalize(b)
+    """Equality ignoring condition timestamps and ordering (upstream isPodStatusByKubeletEqual).
+
+    Compared in place, field by field: only the conditions are rebuilt (without their timestamps);
+    nothing is deep-copied (each pod's sync compares its status, 1,000 pods made the copies show)."""
+    if a is b:
+        return True
+    if a.keys() != b.keys():
+        return False
+    for k, va in a.items():
+        vb = b[k]
+        if k == "conditions" and va and vb:
+            if _conditions_key(va) != _conditions_key(vb):
+                return False
+        elif va != vb:
+            return False
+    return True
 
 
 def merge_status(ours: JSONObj, api_status: JSONObj) -> JSONObj:
     """What the agent writes (upstream mergePodStatus): its own view, plus the conditions others own
     (DisruptionTarget, readiness gates, ...), never a terminal phase moved back, and the fields the
     kubelet does not set kept as the API has them."""
-    merged = copy.deepcopy(ours)
+    merged = dict(ours)  # shallow: the result is compared and sent, never changed in place
     mine = {c.get("type") for c in merged.get("conditions") or []}
-    for c in api_status.get("conditions") or []:
-        if c.get("type") not in mine and c.get("type") not in KUBELET_CONDITIONS:
-            merged.setdefault("conditions", []).append(c)
+    others = [c for c in api_status.get("conditions") or []
+              if c.get("type") not in mine and c.get("type") not in KUBELET_CONDITIONS]
+    if others:
+        merged["conditions"] = [*(merged.get("conditions") or []), *others]
     if api_status.get("phase") in ("Succeeded", "Failed") and merged.get("phase") != api_status.get("phase"):
         merged["phase"] = api_status["phase"]
     for k in ("nominatedNodeName", "resize", "reason", "message"):
@@ -108,6 +125,12 @@ class StatusManager:
     def get_pod_status(self, uid: str) -> JSONObj | None:
         e = self._entries.get(uid)
         return copy.deepcopy(e.status) if e else None
+
+    def peek_pod_status(self, uid: str) -> JSONObj | None:
+        """The cached status itself, not a copy: for readers that never change it (the status
+        generator reads the previous status on every sync of every pod)."""
+        e = self._entries.get(uid)
+        return e.status if e else None
 
     def version(self, uid: str) -> int:
         e = self._entries.get(uid)
