@@ -141,3 +141,15 @@ def test_one_watch_event_hands_over_only_that_pod() -> None:
     src.apply_event("DELETED", api_pod("a"))
     u = q.get_nowait()
     assert u.op is PodOp.REMOVE and [p["metadata"]["name"] for p in u.pods] == ["a"]
+
+
+def test_pods_from_the_api_share_their_repeated_strings() -> None:
+    src = ApiServerSource(None, "n1", PodConfig(asyncio.Queue()))  # type: ignore[arg-type]
+    first, second = api_pod("a"), api_pod("b")
+    for p in (first, second):  # what json.loads gives: equal strings, distinct objects
+        p["spec"]["containers"] = [{"name": "".join(["c", "1"]), "image": "".join(["busy", "box"])}]
+    src.apply_event("ADDED", first)
+    src.apply_event("ADDED", second)
+    a, b = (p["spec"]["containers"][0] for p in src.store.values())
+    assert a == b == {"name": "c1", "image": "busybox"}
+    assert a["image"] is b["image"] and a["name"] is b["name"]

@@ -18,6 +18,14 @@ Upstream reflector behaviour followed:
   pod from the file source, the mirror is only its reflection in the API;
 - optional ``resync_period`` forces a relist periodically (upstream kubelet uses 0 = never; it is
   exposed for resilience against a server that silently drops events).
+
+Memory: the decoded pods are the agent's largest data (the store, shared by PodConfig's state, and
+the engine's copy). ``json`` creates a new string for every value and, per document, for every key,
+so 1,000 pods held 1,000 copies of "imagePullPolicy", "IfNotPresent", "True", the image name, each
+managedFields path... :func:`share_strings` replaces the strings of each pod as it arrives by the
+interpreter's shared (interned) instance: a decoded bench pod goes from ~25 kB to ~14 kB, and the
+engine's deep copy shares them too (``deepcopy`` never copies strings). Interned strings are freed
+with their last user, so unique values (uids, timestamps) do not accumulate.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import sys
 import time
 from typing import Any
 
@@ -40,6 +49,35 @@ log = logging.getLogger(__name__)
 Pod = dict[str, Any]
 SOURCE = API_SOURCE
 BACKOFF_RESET = 120.0  # seconds without a failure after which the back-off starts over
+
+
+def share_strings(obj: Any) -> Any:
+    """``obj`` (decoded JSON: dicts, lists, scalars) with every string key and value replaced by its
+    interned instance; a new tree, ``obj`` is left as it was. Iterative over each container's items
+    with the type checks inlined: about 1.5x the cost of decoding the same pod, paid once per watch
+    event, never at rest."""
+    intern = sys.intern
+    if type(obj) is dict:
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            t = type(v)
+            if t is str:
+                v = intern(v)
+            elif t is dict or t is list:
+                v = share_strings(v)
+            out[intern(k) if type(k) is str else k] = v
+        return out
+    if type(obj) is list:
+        items: list[Any] = []
+        for v in obj:
+            t = type(v)
+            if t is str:
+                v = intern(v)
+            elif t is dict or t is list:
+                v = share_strings(v)
+            items.append(v)
+        return items
+    return intern(obj) if type(obj) is str else obj
 
 
 class ApiServerSource:
@@ -83,6 +121,7 @@ class ApiServerSource:
         for pod in lst.get("items") or []:
             uid = (pod.get("metadata") or {}).get("uid")
             if uid and self._mine(pod):
+                pod = share_strings(pod)
                 pod.setdefault("apiVersion", "v1")
                 pod.setdefault("kind", "Pod")
                 store[uid] = pod
@@ -108,6 +147,7 @@ class ApiServerSource:
             self.config.remove(SOURCE, uid)
             return True
         if etype in ("ADDED", "MODIFIED"):
+            obj = share_strings(obj)
             self.store[uid] = obj
             if is_mirror_pod(obj):
                 self.config.remove(SOURCE, uid)  # the kubelet runs static pods from their file
