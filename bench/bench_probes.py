@@ -8,14 +8,21 @@ with ``pykubelet server`` + ``pykubelet agent --container-runtime-endpoint unix:
 Measured once all 100 pods are Running and Ready:
 
 * **agent CPU** over ``--hold`` seconds (default 60): utime+stime delta from ``/proc/<pid>/stat`` as
-  a percentage of one core. Target < 10 %.
+  a percentage of one core. Target <= 3 % (issue 17).
+* **raw ExecSync baseline, same run**: during the same hold a separate process
+  (``bench/bench_grpc_call.py --variant cri_client``) makes the bare ``ExecSync`` calls at the same
+  rate (pods x 2 / period) against the same fakecri through the project's ``CRIClient``, in 25 ms
+  slots like the prober's wake grid; its CPU over its paced window is the floor an exec probe can
+  cost through this client. Printed: the agent's CPU as a ratio to it.
 * **probe lateness**: the agent's ``pykubelet_prober_probe_lateness_seconds`` histogram (every probe
   run after a worker's first: start time minus previous start minus the period), scraped from the
   kubelet's ``/metrics`` through the API server's node proxy before and after the hold; the delta is
   the hold window. Target: no probe late by more than one period (1 s), i.e. the ``le=1.0`` bucket
   holds every observation. Also reported: the probe count (expected ≈ 200/s).
 
-Usage: ``.venv/bin/python bench/bench_probes.py [--pods 100] [--hold 60] [--json out.json]``.
+``--profile`` samples the agent with py-spy (``--gil``) during the hold's last 30 s (or less).
+
+Usage: ``.venv/bin/python bench/bench_probes.py [--pods 100] [--hold 60] [--profile] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import re
 import shutil
 import subprocess
@@ -36,6 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_grpc_call import loadavg
 from common import (
     NAMESPACE,
     NODE_NAME,
@@ -48,8 +57,13 @@ from common import (
     pods_path_rv,
     save_json,
 )
+from cri_api.v1 import api_pb2 as pb
+from scale_common import print_profile, py_spy, summarize_profile
 
-TARGET_CPU_PCT = 10.0
+from pykubelet.cri.client import CRIClient
+
+TARGET_CPU_PCT = 3.0
+GRPC_CALL_SCRIPT = Path(__file__).resolve().parent / "bench_grpc_call.py"
 PERIOD = 1
 
 
@@ -100,6 +114,27 @@ def scrape(kubeconfig: Path) -> dict[str, float]:
     return vals
 
 
+async def raw_exec_baseline(sock: Path, rate: float, seconds: float) -> dict[str, Any]:
+    """The bare ExecSync calls at ``rate``/s on one running container of the same fakecri, from a
+    separate process through ``CRIClient`` (bench_grpc_call.py); its CPU over the paced window."""
+    cri = CRIClient(f"unix://{sock}")
+    try:
+        containers = await cri.list_containers()
+    finally:
+        await cri.close()
+    cid = next(c.id for c in containers if c.state == pb.CONTAINER_RUNNING)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(GRPC_CALL_SCRIPT), "--variant", "cri_client",
+        "--endpoint", f"unix://{sock}", "--container-id", cid, "--rate", str(rate), "--seconds", str(seconds),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={"PYTHONPATH": str(SRC)})
+    out, err = await proc.communicate()
+    lines = [ln for ln in out.decode().splitlines() if ln.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"raw ExecSync baseline failed: {err.decode(errors='replace')[-2000:]}")
+    res: dict[str, Any] = json.loads(lines[-1])
+    return res
+
+
 def start_fakecri(sock: Path, log_path: Path) -> subprocess.Popen[bytes]:
     with open(log_path, "ab") as out:
         return subprocess.Popen([sys.executable, "-m", "pykubelet", "fakecri", "--listen", f"unix://{sock}"],
@@ -130,13 +165,31 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         kubeconfig = cluster.data_dir / "kubeconfig"
         before = await asyncio.to_thread(scrape, kubeconfig)
         pid = cluster.pid("agent")
+        rate = 2 * args.pods / PERIOD
+        result["loadavg_before"] = loadavg()
+        baseline = asyncio.create_task(raw_exec_baseline(sock, rate, max(5.0, args.hold - 2.5)))
+        profile: asyncio.Task[Path | None] | None = None
         c0, t0 = cpu_seconds(pid), time.monotonic()
-        await asyncio.sleep(args.hold)
+        if args.profile:
+            prof_s = min(30.0, args.hold - 2)
+            await asyncio.sleep(args.hold - prof_s - 1)
+            profile = asyncio.create_task(py_spy(pid, prof_s, tmp / "agent.spy", rate=100))
+            await asyncio.sleep(prof_s + 1)
+        else:
+            await asyncio.sleep(args.hold)
         c1, t1 = cpu_seconds(pid), time.monotonic()
+        raw = await baseline
+        result["loadavg_after"] = loadavg()
         after = await asyncio.to_thread(scrape, kubeconfig)
         delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
         n = delta.get("count", 0.0)
         result["agent_cpu_pct"] = round(100 * (c1 - c0) / (t1 - t0), 2)
+        result["raw_exec_sync_cpu_pct"] = raw["cpu_pct"]
+        result["raw_exec_sync_us_per_call"] = raw["us_per_call"]
+        result["raw_exec_sync_calls_per_s"] = round(raw["calls"] / raw["wall_s"], 1)
+        result["agent_to_raw_ratio"] = round(result["agent_cpu_pct"] / raw["cpu_pct"], 2) if raw["cpu_pct"] else None
+        result["agent_us_per_probe"] = (round(1e6 * (c1 - c0) / delta["probes"], 1)
+                                        if delta.get("probes") else None)
         result["probes_per_s"] = round(delta.get("probes", 0.0) / (t1 - t0), 1)
         result["lateness_observations"] = int(n)
         result["lateness_mean_ms"] = round(1000 * delta.get("sum", 0.0) / n, 1) if n else None
@@ -145,6 +198,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["cpu_target_met"] = result["agent_cpu_pct"] < TARGET_CPU_PCT
         result["lateness_target_met"] = result["late_over_one_period"] == 0 and n > 0
         log(f"result: {result}")
+        log(f"agent {result['agent_cpu_pct']} % of a core vs raw ExecSync at the same rate "
+            f"{result['raw_exec_sync_cpu_pct']} % (ratio {result['agent_to_raw_ratio']}x); "
+            f"load average {result['loadavg_before']} -> {result['loadavg_after']}")
+        if profile is not None:
+            spy = await profile
+            if spy is not None:
+                summary = summarize_profile(spy, min(30.0, args.hold - 2), rate=100)
+                result["profile"] = summary
+                print_profile(summary)
         await delete_pods(cluster.api, names)
     except Exception:
         traceback.print_exc()
@@ -167,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pods", type=int, default=100)
     p.add_argument("--hold", type=float, default=60.0)
     p.add_argument("--quick", action="store_true", help="hold 15 s")
+    p.add_argument("--profile", action="store_true", help="py-spy the agent during the hold's last 30 s")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if args.quick:

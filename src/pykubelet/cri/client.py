@@ -401,13 +401,19 @@ class CRIClient:
             pb.ReopenContainerLogRequest(container_id=container_id),
         )
 
-    async def exec_sync(self, container_id: str, cmd: Iterable[str], timeout: int = 0) -> pb.ExecSyncResponse:  # noqa: ASYNC109
-        """Run ``cmd`` in the container; ``timeout`` seconds, 0 = no timeout (as upstream)."""
+    async def exec_sync(
+        self, container_id: str, cmd: Iterable[str], timeout: int = 0, *, deadline: float | None = None  # noqa: ASYNC109
+    ) -> pb.ExecSyncResponse:
+        """Run ``cmd`` in the container; ``timeout`` seconds, 0 = no timeout (as upstream).
+
+        ``deadline`` (seconds) replaces the call's default gRPC deadline (``timeout`` + the runtime
+        request timeout): the prober passes its tighter guard here, which costs nothing per call,
+        instead of wrapping each call in an asyncio timeout (a loop timer per probe)."""
         resp: pb.ExecSyncResponse = await self._unary(
             "exec_sync",
             self.rt.ExecSync,
             pb.ExecSyncRequest(container_id=container_id, cmd=list(cmd), timeout=int(timeout)),
-            deadline=(self.timeout + int(timeout)) if timeout else None,
+            deadline=deadline if deadline is not None else ((self.timeout + int(timeout)) if timeout else None),
         )
         return resp
 

@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import grpc.aio
 import pytest
 from aiohttp import web
+from cri_api.v1 import api_pb2 as pb
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from pykubelet.agent.prober import Outcome, ProbeError, Prober
+from pykubelet.agent.prober import Outcome, ProbeError, Prober, probes
 from pykubelet.agent.prober.probes import probe_grpc, probe_tcp
-from pykubelet.cri import CRIError
+from pykubelet.cri import CRIClient, CRIError
 from tests.fakes import FakeExecRuntime
 
 
@@ -147,6 +149,42 @@ async def test_exec_probe_via_stub_runtime() -> None:
     with pytest.raises(ProbeError, match="no such container"):
         await prober.run(spec, container, "abc", "")
     assert len(rt.calls) == n + 3  # retried like upstream (maxProbeRetries)
+
+
+async def test_exec_probe_through_cri_client_times_out_when_the_runtime_never_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime enforces timeoutSeconds; if it hangs, the call's own deadline ends the probe."""
+    seen: list[pb.ExecSyncRequest] = []
+
+    async def exec_sync(request: pb.ExecSyncRequest, context: grpc.aio.ServicerContext) -> pb.ExecSyncResponse:
+        seen.append(request)
+        if request.cmd[0] == "hang":
+            await asyncio.Event().wait()
+        return pb.ExecSyncResponse(stdout=b"up", exit_code=0)
+
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("runtime.v1.RuntimeService", {
+        "ExecSync": grpc.unary_unary_rpc_method_handler(
+            exec_sync, request_deserializer=pb.ExecSyncRequest.FromString,
+            response_serializer=pb.ExecSyncResponse.SerializeToString)})])
+    sock = tmp_path / "cri.sock"
+    server.add_insecure_port(f"unix://{sock}")
+    await server.start()
+    client = CRIClient(f"unix://{sock}")
+    monkeypatch.setattr(probes, "EXEC_GUARD_MARGIN", 0.3)
+    try:
+        prober = Prober(client)
+        spec = {"exec": {"command": ["check"]}, "timeoutSeconds": 1}
+        assert await prober.run(spec, {"name": "c"}, "containerd://abc", "") == (Outcome.SUCCESS, "up")
+        assert (seen[-1].container_id, list(seen[-1].cmd), seen[-1].timeout) == ("abc", ["check"], 1)
+        spec = {"exec": {"command": ["hang", "now"]}, "timeoutSeconds": 1}
+        async with asyncio.timeout(10):
+            assert await prober.run(spec, {"name": "c"}, "abc", "") == (
+                Outcome.FAILURE, 'command "hang now" timed out')
+    finally:
+        await client.close()
+        await server.stop(None)
 
 
 class _Health(health.aio.HealthServicer):

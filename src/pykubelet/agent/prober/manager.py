@@ -1,7 +1,7 @@
 """Probe manager and per-probe workers (upstream pkg/kubelet/prober/{prober_manager,worker}.go).
 
 Design: one lightweight asyncio task per (pod uid, container name, probe type) that has a probe spec,
-all on the agent's single event loop. A worker sleeps on an ``asyncio.Event`` that a loop timer sets
+all on the agent's single event loop. A worker sleeps on a future that a loop timer resolves
 when the next run is due, so the manager can wake it early (new container id) and cancel it
 instantly; every probe is bounded by ``timeoutSeconds``, so probes of many pods never block each
 other or the sync loop.
@@ -104,21 +104,26 @@ class Worker:
         self.container = container
         self.name = str(container.get("name", ""))
         self.probe_type = probe_type
+        self.key: tuple[str, str, ProbeType] = (uid, self.name, probe_type)
         self.spec = spec
         self.period = float(spec.get("periodSeconds") or 10)
         self.initial_delay = int(spec.get("initialDelaySeconds") or 0)
         self.state = ProbeState(probe_type, int(spec.get("successThreshold") or 1),
                                 int(spec.get("failureThreshold") or 3))
-        self.trigger = asyncio.Event()
+        self._woken = False  # wake() came while not waiting: the next wait returns at once
+        self._sleeper: asyncio.Future[None] | None = None  # the future the worker waits on
         self.task: asyncio.Task[None] | None = None
         self.probes_run = 0
         self.last_run: float | None = None  # clock() when the last probe started (lateness metric)
         # labelled metric children, resolved once: labels() costs a lock and a dict lookup per call
         self._metrics: dict[str, Any] = {}
 
-    @property
-    def key(self) -> tuple[str, str, ProbeType]:
-        return (self.uid, self.name, self.probe_type)
+    def wake(self) -> None:
+        """Probe now (a new container id): ends the current wait, or the next one at once."""
+        if self._sleeper is not None and not self._sleeper.done():
+            self._sleeper.set_result(None)
+        else:
+            self._woken = True
 
     async def run(self) -> None:
         m = self.manager
@@ -176,7 +181,7 @@ class Worker:
         ):
             m._set_result(self.probe_type, cid, Result.SUCCESS, self.uid)
             return True
-        if started_at is not None and int(m.wall_clock() - started_at) < self.initial_delay:
+        if self.initial_delay and started_at is not None and int(m.wall_clock() - started_at) < self.initial_delay:
             return True
         started = m.startup(self.uid, self.name) is Result.SUCCESS
         if self.probe_type is ProbeType.STARTUP:
@@ -220,16 +225,16 @@ class Worker:
         namespace and container name are immutable for a pod uid), looked up once and kept."""
         child = self._metrics.get(which)
         if child is None:
+            pm = metrics.PROBE_METRICS
             if which == "lateness":
-                child = metrics.PROBE_LATENESS.labels(self.probe_type.value)
+                child = pm.lateness(self.probe_type.value)
             else:
                 md = pod.get("metadata") or {}
-                labels = dict(probe_type=self.probe_type.value, container=self.name,
-                              pod=str(md.get("name", "")), namespace=str(md.get("namespace", "")))
+                pod_name, ns = str(md.get("name", "")), str(md.get("namespace", ""))
                 if which == "duration":
-                    child = metrics.PROBE_DURATION.labels(**labels)
+                    child = pm.duration(self.probe_type.value, self.name, pod_name, ns)
                 else:
-                    child = metrics.PROBE_TOTAL.labels(result=which, pod_uid=self.uid, **labels)
+                    child = pm.total(self.probe_type.value, which, self.name, pod_name, ns, self.uid)
             self._metrics[which] = child
         return child
 
@@ -292,7 +297,7 @@ class ProbeManager:
                 for t in ProbeType:
                     w = self._workers.get((uid, name, t))
                     if w is not None:
-                        w.trigger.set()
+                        w.wake()
 
     def remove_pod(self, uid: str) -> None:
         for key in [k for k in self._workers if k[0] == uid]:
@@ -416,19 +421,30 @@ class ProbeManager:
             log.exception("failed to record probe event")
 
     async def _wait(self, worker: Worker, seconds: float) -> None:
-        """Sleep ``seconds`` (rounded to the wake grid) or until the worker is triggered (tests
-        override this).
+        """Sleep ``seconds`` (rounded to the wake grid) or until ``worker.wake()`` (tests override
+        this).
 
-        A plain loop timer sets the worker's event: no timeout context whose expiry cancels the task
-        and unwinds a CancelledError every period, and timers of workers due in the same grid slot
-        share one loop iteration.
+        One future and one loop timer that resolves it, as ``asyncio.sleep`` does, and ``wake()``
+        resolves the same future: no timeout context whose expiry cancels the task and unwinds a
+        CancelledError every period, no ``asyncio.Event`` with its waiter list, and timers of
+        workers due in the same grid slot share one loop iteration.
         """
-        if not worker.trigger.is_set():
-            loop = asyncio.get_running_loop()
-            when = round((loop.time() + seconds) / WAKE_GRID) * WAKE_GRID
-            timer = loop.call_at(when, worker.trigger.set)
-            try:
-                await worker.trigger.wait()
-            finally:
-                timer.cancel()
-        worker.trigger.clear()
+        if worker._woken:
+            worker._woken = False
+            return
+        loop = asyncio.get_running_loop()
+        when = round((loop.time() + seconds) / WAKE_GRID) * WAKE_GRID
+        fut: asyncio.Future[None] = loop.create_future()
+        worker._sleeper = fut
+        timer = loop.call_at(when, _resolve, fut)
+        try:
+            await fut
+        finally:
+            worker._sleeper = None
+            timer.cancel()
+        worker._woken = False
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
