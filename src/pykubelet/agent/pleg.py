@@ -2,7 +2,9 @@
 
 containerd 1.6 does not implement GetContainerEvents, so like upstream's GenericPLEG the agent
 relists: every ``relist_period`` (1 s) it lists sandboxes and containers, diffs each pod's
-{id → state} map against the previous relist, fetches the full status of pods that changed
+{id → state} map against the previous relist (``list_runtime`` hands back the previous listing's map
+object for a pod whose objects kept their ids and states, so on an idle node the diff is an identity
+check per pod and the metrics are counted once per change), fetches the full status of pods that changed
 (concurrently, up to ``MAX_CONCURRENT_STATUS``; upstream's Go loop goes one by one, which in Python
 made the last of 1,000 starting pods wait seconds for its event), stores it in the ``PodStatusCache``
 and hands one typed ``PodLifecycleEvent`` per change to ``on_event``.
@@ -41,9 +43,8 @@ from typing import Protocol
 
 from pykubelet.agent import metrics
 from pykubelet.agent.container.runtime import ContainerState, RuntimePodStatus
-from pykubelet.agent.kuberuntime.manager import RuntimeListing, container_state
+from pykubelet.agent.kuberuntime.manager import RuntimeListing
 from pykubelet.common.aio import cancel_and_wait, run_every
-from pykubelet.cri import pb
 
 log = logging.getLogger(__name__)
 
@@ -197,8 +198,11 @@ class GenericPLEG:
         listing = await self.manager.list_runtime()
         current = listing.pods
         before = dict(self._targeted)
-        changed = [uid for uid in set(current) | set(self._old)
-                   if current.get(uid, {}) != self._old.get(uid, {}) or not self.cache.has(uid)]
+        old_pods, has = self._old, self.cache.has
+        # an unchanged pod's map is the very object of the previous listing (list_runtime reuses it)
+        changed = [uid for uid in current.keys() | old_pods.keys()
+                   if ((new := current.get(uid)) is not (old := old_pods.get(uid)) and (new or {}) != (old or {}))
+                   or not has(uid)]
         fetched = await self._statuses([uid for uid in changed if uid in current])
         # pods a targeted update queried after this listing began: their view and events stand
         newer = {uid for uid, at in self._targeted.items() if at >= ts}
@@ -234,12 +238,9 @@ class GenericPLEG:
         self.relist_count += 1
         self.cache.update_time(ts)
         metrics.PLEG_RELIST_DURATION.observe(time.monotonic() - t0)
-        metrics.RUNNING_PODS.set(sum(1 for sb in listing.sandboxes if sb.state == pb.SANDBOX_READY))
-        counts = {state: 0 for state in ContainerState}
-        for c in listing.containers:
-            counts[container_state(c.state)] += 1
-        for state, n in counts.items():
-            metrics.RUNNING_CONTAINERS.labels(state.value).set(n)
+        metrics.RUNNING_PODS.set(listing.ready_sandboxes)  # counted by list_runtime, once per change
+        for state in ContainerState:
+            metrics.RUNNING_CONTAINERS.labels(state.value).set(listing.container_counts.get(state, 0))
 
 
 def pod_states(status: RuntimePodStatus) -> dict[str, ContainerState]:

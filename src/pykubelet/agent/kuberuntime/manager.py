@@ -171,6 +171,8 @@ class RuntimeListing:
     sandboxes: list[pb.PodSandbox] = field(default_factory=list)
     containers: list[pb.Container] = field(default_factory=list)
     listed_at: float = 0.0  # wall clock taken before the List* calls
+    ready_sandboxes: int = 0  # counted once per changed listing (the PLEG's metrics)
+    container_counts: dict[t.ContainerState, int] = field(default_factory=dict)
 
 
 # one listed object: its id and CRI state (the part of a listing that changes), in listing order
@@ -269,7 +271,8 @@ class RuntimeManager:
         last = self.last_listing
         if last is not None and signature == self._last_signature:
             out = RuntimeListing(pods=dict(self._last_pods), meta=last.meta, sandboxes=sandboxes,
-                                 containers=containers, listed_at=listed_at)
+                                 containers=containers, listed_at=listed_at, ready_sandboxes=last.ready_sandboxes,
+                                 container_counts=last.container_counts)
             self.last_listing = out
             return out
         out = RuntimeListing(sandboxes=sandboxes, containers=containers, listed_at=listed_at)
@@ -277,6 +280,7 @@ class RuntimeManager:
         for sb in sandboxes:
             owner = owners[sb.id] = self._owners.get(sb.id) or (
                 sb.labels.get(names.POD_UID_LABEL) or sb.metadata.uid, sb.metadata.namespace, sb.metadata.name)
+            out.ready_sandboxes += sb.state == pb.SANDBOX_READY
             uid = owner[0]
             if not uid:
                 continue
@@ -286,10 +290,12 @@ class RuntimeManager:
             owner = owners[c.id] = self._owners.get(c.id) or (
                 c.labels.get(names.POD_UID_LABEL, ""), c.labels.get(names.POD_NAMESPACE_LABEL, ""),
                 c.labels.get(names.POD_NAME_LABEL, ""))
+            state = container_state(c.state)
+            out.container_counts[state] = out.container_counts.get(state, 0) + 1
             uid = owner[0]
             if not uid:
                 continue
-            out.pods.setdefault(uid, {})[c.id] = container_state(c.state)
+            out.pods.setdefault(uid, {})[c.id] = state
             out.meta.setdefault(uid, owner[1:])
         self._owners = owners
         self._last_signature = signature
