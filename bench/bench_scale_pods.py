@@ -17,6 +17,15 @@ cgroups to make).
 3. **idle hold**: after a settle period, ``--hold`` seconds (default 60) with nothing happening:
    agent CPU (% of one core) and max RSS; fakecri and server for information. Goal ≤ 5 % and
    ≤ 150 MB for 1,000 pods.
+Per pod, the start watch also records when each pod was first seen (created), when the agent's first
+status reached the API (its first sync: Pending, ContainerCreating), when a status with its container
+running arrived and when Ready did: the medians and 90th percentiles of those gaps say which wait
+dominates (``phases`` in the JSON). CPU-seconds (utime+stime) of agent, server and fakecri over the
+start are reported next to the wall time: on a shared machine they move less than wall times.
+
+``--profile-start``: py-spy samples the agent and fakecri over the start window (share of samples
+by function), to see where the per-pod CPU goes.
+
 4. ``--profile SECONDS``: afterwards (outside the measured window), a py-spy profile of the idle
    agent and its top functions (``scale_common.summarize_profile``).
 
@@ -50,7 +59,9 @@ from scale_common import (
     print_profile,
     py_spy,
     start_fakecri,
+    start_py_spy,
     stop_process,
+    stop_py_spy,
     summarize_profile,
     unmount_under,
     watch_until,
@@ -132,9 +143,27 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 last_log[0] = time.monotonic()
                 log(f"  {k}/{args.pods} Ready")
 
-        waiter = asyncio.create_task(watch_until(api, path, set(names), rv, pod_ready, progress=progress))
+        marks: dict[str, dict[str, float]] = {n: {} for n in names}
+
+        def ready_and_mark(pod: dict[str, Any]) -> bool:
+            m = marks[(pod.get("metadata") or {}).get("name", "")]
+            now = time.monotonic()
+            st = pod.get("status") or {}
+            m.setdefault("created", now)
+            if st.get("conditions"):
+                m.setdefault("status", now)
+            if any("running" in (c.get("state") or {}) for c in st.get("containerStatuses") or []):
+                m.setdefault("running", now)
+            ready = pod_ready(pod)
+            if ready:
+                m.setdefault("ready", now)
+            return ready
+
+        waiter = asyncio.create_task(watch_until(api, path, set(names), rv, ready_and_mark, progress=progress))
         await asyncio.sleep(0)
         pids = {"agent": agent.pid, "server": cp.pid, "fakecri": fake.pid}
+        spies = ({k: (await start_py_spy(pids[k], tmp / f"{k}-start.txt"), tmp / f"{k}-start.txt")
+                  for k in ("agent", "fakecri")} if args.profile_start else {})
         start_sampler = Sampler(pids).start()
         t0 = time.monotonic()
         sem = asyncio.Semaphore(32)
@@ -150,6 +179,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["median_ready_s"] = round(sorted(seen.values())[len(seen) // 2] - t0, 2)
         result["ratio_to_raw"] = round(result["all_ready_s"] / result["raw_cri_s"], 2)
         result["during_start"] = await start_sampler.stop()
+        for v in result["during_start"].values():
+            v["cpu_s"] = round(v["cpu_pct"] * v["seconds"] / 100, 2)
+        result["phases"] = phases(marks, t0)
+        for k, (spy, spy_out) in spies.items():
+            got = await stop_py_spy(spy, spy_out)
+            if got is not None:
+                result[f"profile_start_{k}"] = summarize_profile(got, result["all_ready_s"], share=True)
         log(f"{args.pods} pods Ready in {result['all_ready_s']} s (created in {result['all_created_s']} s; "
             f"{ratio(result['all_ready_s'], result['raw_cri_s'])} the raw CRI calls)")
 
@@ -189,6 +225,22 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def phases(marks: dict[str, dict[str, float]], t0: float) -> dict[str, dict[str, float]]:
+    """Median and 90th percentile (seconds) of each per-pod gap: POST → created seen, created → the
+    agent's first status, first status → container running, running → Ready."""
+    def stats(vals: list[float]) -> dict[str, float]:
+        vals = sorted(vals)
+        if not vals:
+            return {}
+        return {"median": round(vals[len(vals) // 2], 3), "p90": round(vals[int(len(vals) * 0.9)], 3),
+                "max": round(vals[-1], 3)}
+
+    steps = [("created", "status"), ("status", "running"), ("running", "ready")]
+    out = {f"{a}->{b}": stats([m[b] - m[a] for m in marks.values() if a in m and b in m]) for a, b in steps}
+    out["start->created"] = stats([m["created"] - t0 for m in marks.values() if "created" in m])
+    return out
+
+
 def report(r: dict[str, Any]) -> None:
     if "all_ready_s" not in r:
         return
@@ -201,12 +253,20 @@ def report(r: dict[str, Any]) -> None:
           f"(goal <= {TARGET_START_S:.0f} s: {'MET' if t.get('start_s') else 'NOT MET'}, "
           f"<= {TARGET_START_RATIO:.0f}x: {'MET' if t.get('start_ratio') else 'NOT MET'})")
     for name, v in r.get("during_start", {}).items():
-        print(f"while starting, {name}: CPU {v['cpu_pct']:.1f} % of one core, RSS max {v['rss_max_mb']:.1f} MB")
+        print(f"while starting, {name}: CPU {v['cpu_pct']:.1f} % of one core ({v.get('cpu_s', 0):.1f} CPU-s), "
+              f"RSS max {v['rss_max_mb']:.1f} MB")
+    for step, v in r.get("phases", {}).items():
+        if v:
+            print(f"per pod, {step}: median {v['median']:.2f} s, p90 {v['p90']:.2f} s, max {v['max']:.2f} s")
     if "idle" in r:
         for name, v in r["idle"].items():
             print(f"idle {v['seconds']:.0f} s, {name}: CPU {v['cpu_pct']:.2f} % of one core, RSS max {v['rss_max_mb']:.1f} MB")
         print(f"agent idle goals: CPU <= {TARGET_CPU_PCT:.0f} %: {'MET' if t.get('idle_cpu') else 'NOT MET'}, "
               f"RSS <= {TARGET_RSS_MB:.0f} MB: {'MET' if t.get('idle_rss') else 'NOT MET'}")
+    for k in ("agent", "fakecri"):
+        if f"profile_start_{k}" in r:
+            print(f"\n{k} during the start (py-spy):")
+            print_profile(r[f"profile_start_{k}"])
     if "profile" in r:
         print_profile(r["profile"])
 
@@ -217,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hold", type=float, default=60.0, help="idle window in seconds")
     p.add_argument("--settle", type=float, default=10.0, help="seconds between all Ready and the idle window")
     p.add_argument("--profile", type=float, default=0.0, help="py-spy the idle agent for this many seconds")
+    p.add_argument("--profile-start", action="store_true", help="py-spy agent and fakecri during the start")
     p.add_argument("--profile-out", default=None, help="keep the raw py-spy output here")
     p.add_argument("--quick", action="store_true", help="100 pods, hold 10 s")
     p.add_argument("--json", default=None)

@@ -133,8 +133,9 @@ class PodWorkers:
         return st is not None and st.finished
 
     def is_terminating(self, uid: str) -> bool:
+        """Terminating or terminated (asked for every admitted pod on each admission: kept cheap)."""
         st = self._pods.get(uid)
-        return st is not None and st.state is not PodWorkerState.SYNCING
+        return st is not None and (st.terminating_at is not None or st.terminated_at is not None or st.finished)
 
     # -- updates ---------------------------------------------------------------------------
     def update_pod(self, opts: UpdatePodOptions) -> None:

@@ -17,6 +17,8 @@ containerd 1.6 does, so the agent cannot tell the difference for the parts it re
   and a ListPodSandbox/ListContainers answer is reused while nothing changed (a ``generation``
   counter moves on every call that is not read-only and on every exit): a node relists every
   sandbox and container each second, hollow nodes do it a hundred times over in one process.
+  A List* filtered by the pod uid label (what a kubelet asks for one pod's status) starts from an
+  index of that label instead of scanning every sandbox and container (O(n²) over a 1,000-pod start).
   StopContainer kills immediately (exit 137, reason "Error"); a natural exit 0 has reason
   "Completed", non-zero "Error", as in containerd.
 * CreateContainer requires the image to be present (containerd does not pull implicitly).
@@ -63,6 +65,7 @@ BUSYBOX_IMAGE = "docker.io/library/busybox:latest"
 DEFAULT_IMAGES = (PAUSE_IMAGE, BUSYBOX_IMAGE)
 
 EXIT_KILLED = 137
+POD_UID_LABEL = "io.kubernetes.pod.uid"  # what a kubelet filters one pod's sandboxes and containers by
 
 _POD_NETWORK = ipaddress.ip_network("198.18.0.0/15")
 
@@ -268,6 +271,9 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
         self._free_ips: deque[str] = deque()
         self._next_ip = int(self.network.network_address) + 2  # .1 is the gateway, as with CNI
         self._used_ips: set[str] = set()
+        # pod uid label → ids (insertion-ordered), to answer one pod's filtered List* without a scan
+        self._sandboxes_by_uid: dict[str, dict[str, None]] = {}
+        self._containers_by_uid: dict[str, dict[str, None]] = {}
         self.runtime_ready = True
         self.network_ready = True
         self.calls: dict[str, int] = {}
@@ -378,9 +384,25 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
             raise _Abort(grpc.StatusCode.NOT_FOUND, f'an error occurred when try to find container "{cid}": not found')
         return c
 
+    @staticmethod
+    def _index_add(index: dict[str, dict[str, None]], labels: Any, oid: str) -> None:
+        uid = labels.get(POD_UID_LABEL)
+        if uid:
+            index.setdefault(uid, {})[oid] = None
+
+    @staticmethod
+    def _index_remove(index: dict[str, dict[str, None]], labels: Any, oid: str) -> None:
+        uid = labels.get(POD_UID_LABEL) or ""
+        ids = index.get(uid)
+        if ids is not None:
+            ids.pop(oid, None)
+            if not ids:
+                del index[uid]
+
     def _remove_container(self, c: FakeContainer) -> None:
         self._pending.pop(c.id, None)
-        self.containers.pop(c.id, None)
+        if self.containers.pop(c.id, None) is not None:
+            self._index_remove(self._containers_by_uid, c.config.labels, c.id)
         self._names.pop(c.reserved_name, None)
         sb = self.sandboxes.get(c.sandbox_id)
         if sb is not None:
@@ -436,6 +458,7 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
                              created_at=self.clock(), ip=ip, reserved_name=rname)
             sb.config.CopyFrom(cfg)
             self.sandboxes[sid] = sb
+            self._index_add(self._sandboxes_by_uid, sb.config.labels, sid)
             self._names[rname] = sid
             return pb.RunPodSandboxResponse(pod_sandbox_id=sid)
         return await self._run("RunPodSandbox", context, do)
@@ -455,6 +478,7 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
             sb = self.sandboxes.pop(request.pod_sandbox_id, None)
             if sb is None:
                 return pb.RemovePodSandboxResponse()  # idempotent
+            self._index_remove(self._sandboxes_by_uid, sb.config.labels, sb.id)
             for cid in list(sb.containers):
                 c = self.containers.get(cid)
                 if c is not None:
@@ -493,6 +517,9 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
             if f is not None and f.id:
                 sb = self.sandboxes.get(f.id)
                 cands = [sb] if sb is not None else []
+            elif f is not None and f.label_selector.get(POD_UID_LABEL):
+                ids = self._sandboxes_by_uid.get(f.label_selector[POD_UID_LABEL], {})
+                cands = [self.sandboxes[i] for i in ids]
             else:
                 cands = list(self.sandboxes.values())
             items = []
@@ -534,6 +561,7 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
                               behaviour=behaviour_for(list(cfg.command), list(cfg.args)))
             c.config.CopyFrom(cfg)
             self.containers[cid] = c
+            self._index_add(self._containers_by_uid, c.config.labels, cid)
             self._names[rname] = cid
             sb.containers.add(cid)
             return pb.CreateContainerResponse(container_id=cid)
@@ -591,6 +619,9 @@ class FakeRuntime(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer):
             elif f is not None and f.pod_sandbox_id:
                 sb = self.sandboxes.get(f.pod_sandbox_id)
                 cands = [self.containers[i] for i in sb.containers] if sb is not None else []
+            elif f is not None and f.label_selector.get(POD_UID_LABEL):
+                ids = self._containers_by_uid.get(f.label_selector[POD_UID_LABEL], {})
+                cands = [self.containers[i] for i in ids]
             else:
                 cands = list(self.containers.values())
             out = []
