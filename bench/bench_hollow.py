@@ -51,6 +51,8 @@ from scale_common import (
     watch_until,
 )
 
+from pykubelet.common.apiclient import ApiError
+
 TARGET_RUNNING_S = 60.0
 FLOOR_NS = "pkbench-floor"
 CONCURRENCY = 32
@@ -94,7 +96,11 @@ async def api_floor(cp: ControlPlane, n: int) -> float:
     took = time.monotonic() - t0
 
     async def delete(i: int) -> None:
-        await api.delete(f"{path}/floor-{i:05d}", body={"gracePeriodSeconds": 0})
+        try:
+            await api.delete(f"{path}/floor-{i:05d}", body={"gracePeriodSeconds": 0})
+        except ApiError as e:  # the pod GC may have removed it already: bound to a node that does not exist
+            if e.status != 404:
+                raise
 
     await gather_limited(n, delete)
     return took

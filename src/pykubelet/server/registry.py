@@ -146,6 +146,7 @@ class Registry:
         # port of this API server, for the default/kubernetes Service's endpoints (None: none).
         self.services = ServiceAllocator()
         self.api_endpoint: tuple[str, int] | None = None
+        self.pod_rows = tables.PodRowCache()  # pod Table rows as JSON, per resourceVersion
 
     # ---------------------------------------------------------------- bootstrap
     def bootstrap(self) -> None:
@@ -246,6 +247,18 @@ class Registry:
             if remaining is not None:
                 meta["remainingItemCount"] = remaining
         return t
+
+    def table_json(self, ri: ResourceInfo, objs: list[Obj], rev: int, cont: str | None,
+                   remaining: int | None) -> bytes:
+        """:meth:`table` as JSON bytes; pod rows come from the per-revision row cache."""
+        if ri.key != "pods" or self.crds.served(ri) is not None:
+            return json.dumps(self.table(ri, objs, rev, cont, remaining), separators=(",", ":")).encode()
+        meta: dict[str, Any] = {"resourceVersion": str(rev)}
+        if cont:
+            meta["continue"] = cont
+            if remaining is not None:
+                meta["remainingItemCount"] = remaining
+        return self.pod_rows.table(objs, meta, keep=lambda k: self.store.peek("pods", *k) is not None)
 
     # ---------------------------------------------------------------- reads
     def _raw_get(self, ri: ResourceInfo, ns: str, name: str) -> Obj:

@@ -4,7 +4,9 @@ Design: the decision part is pure (``filter_node``, ``score_node``, ``schedule``
 ``fit_error_message``) and operates on JSON dicts; ``Scheduler`` only does I/O: it keeps a cache of
 nodes and pods fed by list+watch, queues pods with empty ``spec.nodeName`` whose schedulerName
 is ``default-scheduler``, binds them via ``POST .../pods/{name}/binding`` and records events.
-Decisions are made one pod at a time; bindings run concurrently (up to ``MAX_CONCURRENT_BINDS``),
+Decisions are made one pod at a time over per-node sums kept from the watches (``NodeInfo``:
+requested resources, non-zero requests for scoring, host ports, pod count; upstream's scheduler
+cache), so a decision costs O(nodes) whatever the number of pods; bindings run concurrently (up to ``MAX_CONCURRENT_BINDS``),
 as upstream's binding cycle runs apart from its scheduling cycle.
 Pods it has just bound are "assumed" in the cache (nodeName set locally) so that back-to-back
 decisions account for each other before the watch catches up, like upstream's scheduler cache.
@@ -55,7 +57,7 @@ from pykubelet.common.nodepredicates import (
     host_ports as host_ports,  # re-exported: tests and PV code use them
 )
 from pykubelet.common.nodepredicates import match_node_selector_terms as match_node_selector_terms
-from pykubelet.common.nodepredicates import matches_node_affinity, ports_conflict
+from pykubelet.common.nodepredicates import matches_node_affinity
 from pykubelet.common.podutil import container_requests, pod_requests
 from pykubelet.common.quantity import QuantityError, parse_quantity
 from pykubelet.common.tolerations import first_untolerated_taint, tolerations_tolerate_taint
@@ -153,54 +155,6 @@ def _allocatable(node: Obj) -> dict[str, Decimal]:
     return out
 
 
-def requested_on_node(node_pods: list[Obj]) -> dict[str, Decimal]:
-    total: dict[str, Decimal] = {}
-    for p in node_pods:
-        for k, v in pod_requests(p).items():
-            total[k] = total.get(k, Decimal(0)) + v
-    return total
-
-
-def resource_failures(pod: Obj, node: Obj, node_pods: list[Obj]) -> list[str]:
-    alloc = _allocatable(node)
-    reasons: list[str] = []
-    max_pods = alloc.get("pods")
-    if max_pods is not None and len(node_pods) + 1 > max_pods:
-        reasons.append(REASON_TOO_MANY_PODS)
-    req = pod_requests(pod)
-    used = requested_on_node(node_pods)
-    for name in sorted(req):
-        want = req[name]
-        if want <= 0 or name == "pods":
-            continue
-        if want > alloc.get(name, Decimal(0)) - used.get(name, Decimal(0)):
-            reasons.append(f"Insufficient {name}")
-    return reasons
-
-
-def filter_node(pod: Obj, node: Obj, node_pods: list[Obj], vols: VolumeState | None = None) -> list[str]:
-    """Reasons the node is infeasible (empty list: it fits), first failing plugin only."""
-    tolerations = [t for t in _spec(pod).get("tolerations") or [] if isinstance(t, dict)]
-    if _spec(node).get("unschedulable"):
-        unsched = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
-        if not tolerations_tolerate_taint(tolerations, unsched):
-            return [REASON_UNSCHEDULABLE]
-    want = _spec(pod).get("nodeName")
-    if want and want != _meta(node).get("name"):
-        return [REASON_NODE_NAME]
-    taint = first_untolerated_taint(effective_taints(node), tolerations, ("NoSchedule", "NoExecute"))
-    if taint is not None:
-        return [f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}"]
-    if not matches_node_affinity(pod, node):
-        return [REASON_AFFINITY]
-    if ports_conflict(pod, node_pods):
-        return [REASON_PORTS]
-    fails = resource_failures(pod, node, node_pods)
-    if fails or vols is None:
-        return fails
-    return volume_filter(pod, node, vols)
-
-
 def _nonzero_requests(pods: Iterable[Obj]) -> tuple[Decimal, Decimal]:
     cpu = Decimal(0)
     mem = Decimal(0)
@@ -212,10 +166,135 @@ def _nonzero_requests(pods: Iterable[Obj]) -> tuple[Decimal, Decimal]:
     return cpu, mem
 
 
-def score_node(pod: Obj, node: Obj, node_pods: list[Obj]) -> int:
-    """LeastAllocated (0-100) averaged over cpu and memory."""
-    alloc = _allocatable(node)
-    cpu, mem = _nonzero_requests([*node_pods, pod])
+@dataclass(frozen=True)
+class PodInfo:
+    """What one pod takes from its node, parsed once per pod object: requests, the non-zero
+    requests scoring uses, host ports."""
+
+    requests: dict[str, Decimal]
+    nonzero: tuple[Decimal, Decimal]
+    ports: list[tuple[str, str, int]]
+
+    @classmethod
+    def of(cls, pod: Obj) -> PodInfo:
+        return cls(pod_requests(pod), _nonzero_requests([pod]), host_ports(pod))
+
+
+def _ports_clash(want: list[tuple[str, str, int]], used: Iterable[tuple[str, str, int]]) -> bool:
+    for ip, proto, port in want:
+        for uip, uproto, uport in used:
+            if port == uport and proto == uproto and (ip == uip or "0.0.0.0" in (ip, uip)):
+                return True
+    return False
+
+
+class NodeInfo:
+    """One node and the sums over the pods bound to it (upstream's ``framework.NodeInfo``): the
+    scheduler keeps one per node, updated from its pod and node informers, so that a decision
+    costs O(nodes), not O(nodes + pods) with every pod's requests re-parsed."""
+
+    def __init__(self, name: str, node: Obj | None = None) -> None:
+        self.name = name
+        self.node: Obj | None = None
+        self.allocatable: dict[str, Decimal] = {}
+        self.taints: list[Obj] = []
+        self.pods: dict[str, PodInfo] = {}
+        self.requested: dict[str, Decimal] = {}
+        self.nonzero_cpu = Decimal(0)
+        self.nonzero_mem = Decimal(0)
+        self.port_pods: dict[str, list[tuple[str, str, int]]] = {}  # only pods with host ports
+        if node is not None:
+            self.set_node(node)
+
+    def set_node(self, node: Obj) -> None:
+        self.node = node
+        self.allocatable = _allocatable(node)
+        self.taints = effective_taints(node)
+
+    def add_pod(self, key: str, info: PodInfo) -> None:
+        if key in self.pods:
+            self.remove_pod(key)
+        self.pods[key] = info
+        for k, v in info.requests.items():
+            self.requested[k] = self.requested.get(k, Decimal(0)) + v
+        self.nonzero_cpu += info.nonzero[0]
+        self.nonzero_mem += info.nonzero[1]
+        if info.ports:
+            self.port_pods[key] = info.ports
+
+    def remove_pod(self, key: str) -> None:
+        info = self.pods.pop(key, None)
+        if info is None:
+            return
+        for k, v in info.requests.items():
+            self.requested[k] = self.requested.get(k, Decimal(0)) - v
+        self.nonzero_cpu -= info.nonzero[0]
+        self.nonzero_mem -= info.nonzero[1]
+        self.port_pods.pop(key, None)
+
+    @classmethod
+    def build(cls, node: Obj, node_pods: Iterable[Obj]) -> NodeInfo:
+        info = cls(str(_meta(node).get("name", "")), node)
+        for i, p in enumerate(node_pods):
+            info.add_pod(str(i), PodInfo.of(p))
+        return info
+
+
+def _resource_failures(pod: PodInfo, ni: NodeInfo) -> list[str]:
+    alloc = ni.allocatable
+    reasons: list[str] = []
+    max_pods = alloc.get("pods")
+    if max_pods is not None and len(ni.pods) + 1 > max_pods:
+        reasons.append(REASON_TOO_MANY_PODS)
+    req = pod.requests
+    used = ni.requested
+    for name in sorted(req):
+        want = req[name]
+        if want <= 0 or name == "pods":
+            continue
+        if want > alloc.get(name, Decimal(0)) - used.get(name, Decimal(0)):
+            reasons.append(f"Insufficient {name}")
+    return reasons
+
+
+def resource_failures(pod: Obj, node: Obj, node_pods: list[Obj]) -> list[str]:
+    return _resource_failures(PodInfo.of(pod), NodeInfo.build(node, node_pods))
+
+
+def _filter(pod: Obj, pinfo: PodInfo, tolerations: list[Obj], ni: NodeInfo, vols: VolumeState | None) -> list[str]:
+    node = ni.node or {}
+    if _spec(node).get("unschedulable"):
+        unsched = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
+        if not tolerations_tolerate_taint(tolerations, unsched):
+            return [REASON_UNSCHEDULABLE]
+    want = _spec(pod).get("nodeName")
+    if want and want != ni.name:
+        return [REASON_NODE_NAME]
+    taint = first_untolerated_taint(ni.taints, tolerations, ("NoSchedule", "NoExecute"))
+    if taint is not None:
+        return [f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}"]
+    if not matches_node_affinity(pod, node):
+        return [REASON_AFFINITY]
+    if pinfo.ports and _ports_clash(pinfo.ports, (hp for ports in ni.port_pods.values() for hp in ports)):
+        return [REASON_PORTS]
+    fails = _resource_failures(pinfo, ni)
+    if fails or vols is None:
+        return fails
+    return volume_filter(pod, node, vols)
+
+
+def _tolerations(pod: Obj) -> list[Obj]:
+    return [t for t in _spec(pod).get("tolerations") or [] if isinstance(t, dict)]
+
+
+def filter_node(pod: Obj, node: Obj, node_pods: list[Obj], vols: VolumeState | None = None) -> list[str]:
+    """Reasons the node is infeasible (empty list: it fits), first failing plugin only."""
+    return _filter(pod, PodInfo.of(pod), _tolerations(pod), NodeInfo.build(node, node_pods), vols)
+
+
+def _score(pinfo: PodInfo, ni: NodeInfo) -> int:
+    alloc = ni.allocatable
+    cpu, mem = ni.nonzero_cpu + pinfo.nonzero[0], ni.nonzero_mem + pinfo.nonzero[1]
     scores = []
     for used, cap in ((cpu, alloc.get("cpu", Decimal(0))), (mem, alloc.get("memory", Decimal(0)))):
         if cap <= 0 or used > cap:
@@ -223,6 +302,11 @@ def score_node(pod: Obj, node: Obj, node_pods: list[Obj]) -> int:
         else:
             scores.append(int((cap - used) * 100 / cap))
     return sum(scores) // len(scores)
+
+
+def score_node(pod: Obj, node: Obj, node_pods: list[Obj]) -> int:
+    """LeastAllocated (0-100) averaged over cpu and memory."""
+    return _score(PodInfo.of(pod), NodeInfo.build(node, node_pods))
 
 
 @dataclass
@@ -321,26 +405,32 @@ def pods_by_node(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
 
 def schedule(pod: Obj, nodes: list[Obj], pods: Iterable[Obj], vols: VolumeState | None = None) -> Decision:
     """Pick the best feasible node (ties broken by name) or explain why none fits."""
-    if vols is not None and nodes:
+    by_node = pods_by_node(pods)
+    infos = [NodeInfo.build(n, by_node.get(str(_meta(n).get("name", "")), [])) for n in nodes]
+    return schedule_on(pod, sorted(infos, key=lambda i: i.name), vols)
+
+
+def schedule_on(pod: Obj, infos: list[NodeInfo], vols: VolumeState | None = None) -> Decision:
+    """:func:`schedule` over nodes with their pods already summed (``infos`` sorted by name)."""
+    if vols is not None and infos:
         pre = volume_prefilter(pod, vols)
         if pre is not None:
-            return Decision(None, fit_error_message(len(nodes), {}, pre))
-    by_node = pods_by_node(pods)
+            return Decision(None, fit_error_message(len(infos), {}, pre))
+    pinfo = PodInfo.of(pod)
+    tolerations = _tolerations(pod)
     reasons: dict[str, int] = {}
     best: tuple[int, str] | None = None
-    for node in sorted(nodes, key=lambda n: str(_meta(n).get("name", ""))):
-        name = str(_meta(node).get("name", ""))
-        node_pods = by_node.get(name, [])
-        fails = filter_node(pod, node, node_pods, vols)
+    for ni in infos:
+        fails = _filter(pod, pinfo, tolerations, ni, vols)
         if fails:
             for r in fails:
                 reasons[r] = reasons.get(r, 0) + 1
             continue
-        s = score_node(pod, node, node_pods)
+        s = _score(pinfo, ni)
         if best is None or s > best[0]:
-            best = (s, name)
+            best = (s, ni.name)
     if best is None:
-        return Decision(None, fit_error_message(len(nodes), reasons), reasons)
+        return Decision(None, fit_error_message(len(infos), reasons), reasons)
     return Decision(best[1])
 
 
@@ -373,7 +463,10 @@ class Scheduler:
         self.api = api
         self.retry_interval = retry_interval
         self.nodes: dict[str, Obj] = {}
-        self.pods: dict[str, Obj] = {}  # key ns/name
+        self.pods: dict[str, Obj] = {}  # key ns/name; changed only through _set_pod
+        self._infos: dict[str, NodeInfo] = {}  # node name -> node and the sums of its bound pods
+        self._placed: dict[str, str] = {}  # pod key -> the node whose sums count it
+        self._order: list[NodeInfo] | None = None  # existing nodes by name, rebuilt when one comes or goes
         self._node_sigs: dict[str, str] = {}
         self._queue: list[str] = []
         self._unschedulable: dict[str, str] = {}  # pod key -> last message
@@ -393,6 +486,41 @@ class Scheduler:
         m = _meta(pod)
         return f"{m.get('namespace', '')}/{m.get('name', '')}"
 
+    def _set_pod(self, key: str, pod: Obj | None) -> None:
+        """Store (or forget) a pod and keep its node's sums in step: a bound, non-terminal pod
+        counts on its node, as ``pods_by_node`` would count it."""
+        placed = self._placed.pop(key, None)
+        if placed is not None and (ni := self._infos.get(placed)) is not None:
+            ni.remove_pod(key)
+            if ni.node is None and not ni.pods:
+                del self._infos[placed]
+        if pod is None:
+            self.pods.pop(key, None)
+            return
+        self.pods[key] = pod
+        node = _spec(pod).get("nodeName")
+        if node and not is_terminal(pod):
+            ni = self._infos.get(node)
+            if ni is None:
+                ni = self._infos[node] = NodeInfo(node)
+            ni.add_pod(key, PodInfo.of(pod))
+            self._placed[key] = node
+
+    def _node_order(self) -> list[NodeInfo]:
+        if self._order is None:
+            self._order = sorted((ni for ni in self._infos.values() if ni.node is not None), key=lambda i: i.name)
+        return self._order
+
+    def _forget_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+        self._node_sigs.pop(name, None)
+        ni = self._infos.get(name)
+        if ni is not None:
+            ni.node = None
+            if not ni.pods:
+                del self._infos[name]
+        self._order = None
+
     def _enqueue(self, key: str) -> None:
         if key not in self._queue:
             self._queue.append(key)
@@ -405,7 +533,8 @@ class Scheduler:
     def on_pod_event(self, etype: str, pod: Obj) -> None:
         key = self._key(pod)
         if etype == "DELETED":
-            old = self.pods.pop(key, None)
+            old = self.pods.get(key)
+            self._set_pod(key, None)
             self._unschedulable.pop(key, None)
             self._events.pop(key, None)
             if old is not None and _spec(old).get("nodeName"):
@@ -416,7 +545,7 @@ class Scheduler:
         if old is not None and _spec(old).get("nodeName") and not _spec(pod).get("nodeName"):
             if _meta(old).get("uid") == _meta(pod).get("uid"):
                 pod = {**pod, "spec": {**_spec(pod), "nodeName": _spec(old)["nodeName"]}}
-        self.pods[key] = pod
+        self._set_pod(key, pod)
         if needs_scheduling(pod):
             if key not in self._unschedulable:
                 self._enqueue(key)
@@ -439,13 +568,21 @@ class Scheduler:
     def on_node_event(self, etype: str, node: Obj) -> None:
         name = str(_meta(node).get("name", ""))
         if etype == "DELETED":
-            self.nodes.pop(name, None)
-            self._node_sigs.pop(name, None)
+            self._forget_node(name)
             return
         sig = node_signature(node)
         changed = self._node_sigs.get(name) != sig
         self.nodes[name] = node
         self._node_sigs[name] = sig
+        ni = self._infos.get(name)
+        if ni is None:
+            ni = self._infos[name] = NodeInfo(name)
+        if ni.node is None:
+            self._order = None
+        if changed or ni.node is None:
+            ni.set_node(node)  # allocatable, taints and readiness are all in the signature
+        else:
+            ni.node = node
         if changed:
             self._requeue_unschedulable()
 
@@ -466,7 +603,7 @@ class Scheduler:
 
     async def schedule_one(self, pod: Obj) -> Decision:
         key = self._key(pod)
-        decision = schedule(pod, list(self.nodes.values()), self.pods.values(), self.volumes)
+        decision = schedule_on(pod, self._node_order(), self.volumes)
         meta = _meta(pod)
         ns, name = meta.get("namespace", "default"), meta.get("name", "")
         if decision.node is not None and pod_claims(pod):
@@ -508,7 +645,7 @@ class Scheduler:
         # cycle): the next decision already counts this pod on its node, and a thousand pending
         # pods are not bound one round trip after another.
         self._unschedulable.pop(key, None)
-        self.pods[key] = {**pod, "spec": {**_spec(pod), "nodeName": decision.node}}
+        self._set_pod(key, {**pod, "spec": {**_spec(pod), "nodeName": decision.node}})
         task = asyncio.get_running_loop().create_task(self._bind(pod, binding, decision.node))
         self._binding.add(task)
         task.add_done_callback(self._binding.discard)
@@ -527,7 +664,7 @@ class Scheduler:
                 log.warning("binding %s to %s failed: %s", key, node, e)
                 current = self.pods.get(key)
                 if current is not None and _spec(current).get("nodeName") == node and not _spec(pod).get("nodeName"):
-                    self.pods[key] = pod
+                    self._set_pod(key, pod)
                 self._enqueue(key)
                 self._wake.set()
                 return
@@ -622,11 +759,11 @@ class Scheduler:
         if path.endswith("/nodes"):
             for name in list(self.nodes):
                 if f"/{name}" not in seen:
-                    self.nodes.pop(name, None)
+                    self._forget_node(name)
         else:
             for key in list(self.pods):
                 if key not in seen:
-                    self.pods.pop(key, None)
+                    self._set_pod(key, None)
 
     async def run(self) -> None:
         tasks = [

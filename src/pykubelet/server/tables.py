@@ -23,7 +23,9 @@ StorageClass ``(default)`` suffix, and ``HumanDuration`` for ages.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -234,11 +236,10 @@ def pod_status_text(pod: Obj) -> tuple[int, int, str, int, datetime | None]:
     return ready, total, reason, restarts, last_restart
 
 
-def _pod_row(pod: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+def _pod_parts(pod: Obj) -> tuple[list[Any], int, datetime | None, list[dict[str, Any]] | None]:
+    """A pod's row without the two cells that depend on the time of the request (RESTARTS when a
+    container has restarted, AGE: ``None`` here), the restart count and time, and the conditions."""
     ready, total, reason, restarts, last_restart = pod_status_text(pod)
-    restarts_s = str(restarts)
-    if restarts and last_restart is not None:
-        restarts_s = f"{restarts} ({human_duration((now - last_restart).total_seconds())} ago)"
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     ips = status.get("podIPs") or []
@@ -258,8 +259,8 @@ def _pod_row(pod: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] |
         _name(pod),
         f"{ready}/{total}",
         reason,
-        restarts_s,
-        _age(pod, now),
+        None,
+        None,
         ip or "<none>",
         spec.get("nodeName") or "<none>",
         status.get("nominatedNodeName") or "<none>",
@@ -267,6 +268,19 @@ def _pod_row(pod: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] |
     ]
     phase = status.get("phase")
     conds = _POD_SUCCESS if phase == "Succeeded" else _POD_FAILED if phase == "Failed" else None
+    return cells, restarts, last_restart, conds
+
+
+def _restarts_text(restarts: int, last_restart: datetime | None, now: datetime) -> str:
+    if restarts and last_restart is not None:
+        return f"{restarts} ({human_duration((now - last_restart).total_seconds())} ago)"
+    return str(restarts)
+
+
+def _pod_row(pod: Obj, now: datetime) -> tuple[list[Any], list[dict[str, Any]] | None]:
+    cells, restarts, last_restart, conds = _pod_parts(pod)
+    cells[3] = _restarts_text(restarts, last_restart, now)
+    cells[4] = _age(pod, now)
     return cells, conds
 
 
@@ -893,3 +907,86 @@ def to_table(
         "columnDefinitions": cols if include_columns else None,
         "rows": rows,
     }
+
+
+# --- pod rows kept per revision --------------------------------------------------------------
+
+_J = json.JSONEncoder(separators=(",", ":")).encode
+
+
+@dataclass(frozen=True)
+class _PodRow:
+    """One pod's Table row as JSON, made once per resourceVersion: everything but RESTARTS and AGE,
+    which depend on the time of the request and are filled in then."""
+
+    rv: str
+    head: bytes  # '{"cells":[NAME,READY,STATUS,'
+    tail: bytes  # ',IP,NODE,...],"object":{...}[,"conditions":[...]]}'
+    restarts: int
+    last_restart: datetime | None
+    created: datetime | None
+
+
+class PodRowCache:
+    """Encoded pod rows by (namespace, name), each valid for one resourceVersion.
+
+    Listing 10,000 pods as a Table (``kubectl get pods -A``) otherwise recomputes every pod's STATUS
+    and re-encodes its metadata on every request; upstream's printers are Go and cheap, ours are not.
+    Objects whose row cannot be computed (a shape the printer does not expect) are not cached: they
+    take :func:`to_table`'s fallback row on every request.
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[str, str], _PodRow] = {}
+
+    def _row(self, pod: Obj) -> _PodRow | None:
+        meta = _meta(pod)
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        rv = str(meta.get("resourceVersion", ""))
+        row = self._rows.get(key)
+        if row is not None and row.rv == rv and rv:
+            return row
+        try:
+            cells, restarts, last_restart, conds = _pod_parts(pod)
+        except _BAD_DATA:
+            return None
+        head = _J(cells[:3])[:-1] + ","
+        tail = "," + _J(cells[5:])[1:] + ',"object":' + _J(partial_object_metadata(pod))
+        if conds:
+            tail += ',"conditions":' + _J(conds)
+        row = _PodRow(rv, ('{"cells":' + head).encode(), (tail + "}").encode(), restarts, last_restart,
+                      parse_time(meta.get("creationTimestamp")))
+        if rv:
+            self._rows[key] = row
+        return row
+
+    def table(self, pods: list[Obj], meta: dict[str, Any], *, now: datetime | None = None,
+              keep: Callable[[tuple[str, str]], bool] | None = None) -> bytes:
+        """The same Table as ``to_table("pods", pods)`` with ``metadata`` ``meta``, as JSON bytes.
+        ``keep(key)``: whether a cached (namespace, name) still exists, asked when the cache has
+        grown well past the listed pods (deleted pods' rows are dropped then)."""
+        now = now or datetime.now(UTC)
+        ages: dict[int, bytes] = {}
+
+        def age(t: datetime | None) -> bytes:
+            if t is None:
+                return b'"<unknown>"'
+            secs = int((now - t).total_seconds())
+            out = ages.get(secs)
+            if out is None:
+                out = ages[secs] = _J(human_duration(secs)).encode()
+            return out
+
+        rows: list[bytes] = []
+        for pod in pods:
+            row = self._row(pod)
+            if row is None:
+                rows.append(_J(to_table("pods", [pod], now=now)["rows"][0]).encode())
+                continue
+            rows.append(b"".join((row.head, _J(_restarts_text(row.restarts, row.last_restart, now)).encode(),
+                                  b",", age(row.created), row.tail)))
+        if keep is not None and len(self._rows) > 2 * len(pods) + 1000:
+            self._rows = {k: r for k, r in self._rows.items() if keep(k)}
+        head = _J({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
+                   "columnDefinitions": POD_COLUMNS})
+        return b"".join((head[:-1].encode(), b',"rows":[', b",".join(rows), b"]}"))

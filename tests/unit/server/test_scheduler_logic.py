@@ -111,3 +111,30 @@ async def test_scheduler_binds_and_reports_unschedulable() -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_room_on_a_node_follows_its_pods_as_they_are_bound_finish_and_go() -> None:
+    api = FakeApi()
+    sched = Scheduler(api)  # type: ignore[arg-type]
+    sched.on_node_event("ADDED", sched_node("n1"))
+    web = [container(requests={"cpu": "1500m"}, ports=[{"containerPort": 80, "hostPort": 8080}])]
+    busy = pending("busy", containers=web, node_name="n1")
+    sched.on_pod_event("ADDED", busy)
+    want = pending("want", containers=needs_cpu("1"))
+    port = pending("port", containers=[container(ports=[{"containerPort": 80, "hostPort": 8080}])])
+    more = pending("more", containers=needs_cpu("1500m"))
+    for p in (want, port, more):
+        api.put(f"/api/v1/namespaces/default/pods/{p['metadata']['name']}", p)
+    try:
+        assert (await sched.schedule_one(want)).message == "0/1 nodes are available: 1 Insufficient cpu."
+        assert (await sched.schedule_one(port)).reasons == {"node(s) didn't have free ports for the requested pod ports": 1}
+        # A finished pod gives its cpu and ports back; the pod bound next takes the cpu at once.
+        sched.on_pod_event("MODIFIED", {**busy, "status": {"phase": "Succeeded"}})
+        assert (await sched.schedule_one(want)).node == "n1"
+        assert (await sched.schedule_one(more)).node is None
+        assert (await sched.schedule_one(port)).node == "n1"
+        # Deleting the bound pod frees its cpu again.
+        sched.on_pod_event("DELETED", {**want, "spec": {**want["spec"], "nodeName": "n1"}})
+        assert (await sched.schedule_one(more)).node == "n1"
+    finally:
+        await asyncio.gather(*sched._binding, return_exceptions=True)

@@ -1,9 +1,10 @@
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from pykubelet.server.tables import human_duration, to_table
+from pykubelet.server.tables import PodRowCache, human_duration, to_table
 from tests.builders import container, node, pod
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -166,3 +167,24 @@ def test_other_kinds_and_generic() -> None:
     assert t["columnDefinitions"] is None
     assert t["rows"][0]["cells"] == ["w", "3s"]
     assert [c["name"] for c in to_table("widgets", [], now=NOW)["columnDefinitions"]] == ["Name", "Age"]
+
+
+def test_pod_tables_served_from_cached_rows_follow_changes_and_the_clock() -> None:
+    restarted = {"name": "c", "ready": True, "restartCount": 2, "state": {"running": {}},
+                 "lastState": {"terminated": {"finishedAt": ts(600)}}}
+    pods = [pod("a", status={"phase": "Running", "containerStatuses": [restarted]}),
+            pod("b", status={"phase": "Succeeded"}),
+            {"metadata": {"name": "odd", "resourceVersion": "3"}, "status": {"containerStatuses": 5}}]
+    for i, p in enumerate(pods[:2]):
+        p["metadata"].update(creationTimestamp=ts(7200), resourceVersion=str(i + 1))
+    cache = PodRowCache()
+
+    def table(at: datetime) -> dict[str, Any]:
+        return json.loads(cache.table(pods, {"resourceVersion": "9"}, now=at))
+
+    assert table(NOW) == to_table("pods", pods, now=NOW, resource_version="9")
+    later = table(NOW + timedelta(hours=1))
+    assert later["rows"][0]["cells"][3:5] == ["2 (70m ago)", "3h"]
+    pods[1] = {**pods[1], "metadata": {**pods[1]["metadata"], "resourceVersion": "4", "deletionTimestamp": ts(0)},
+               "status": {"phase": "Running"}}
+    assert table(NOW)["rows"][1]["cells"][2] == "Terminating"
