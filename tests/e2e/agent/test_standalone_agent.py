@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pykubelet.cri import CRIClient, pb
+from pykubelet.cri import CRIClient, CRIError, pb
 from pykubelet.up.containerd import PrivateContainerd
 from pykubelet.up.images import bootstrap_images
 
@@ -64,8 +64,11 @@ def containers(cd: PrivateContainerd) -> list[pb.Container]:
 def wait(what: str, fn, log: Path, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if fn():
-            return
+        try:
+            if fn():
+                return
+        except CRIError:  # containerd slow to answer on a loaded machine: ask again
+            pass
         time.sleep(0.3)
     pytest.fail(f"timed out waiting for {what}\n{log.read_text()[-3000:]}")
 
