@@ -18,6 +18,12 @@ the client process's CPU (utime+stime of all its threads, ``getrusage``) per cal
 Variants run interleaved (``--rounds`` times each, in turn) so that load from other processes on
 a shared machine spreads over all of them; the table gives the median per variant.
 
+``--prober PODS`` measures the other side of an exec probe, the prober's own cost: ``PODS`` pods with
+an exec readiness and liveness probe every second in a real ``ProbeManager``, against
+``InProcessCRIClient`` (the real ``CRIClient`` code, observer included, with the fake runtime called
+directly instead of over gRPC), CPU per probe. With ``PYTHONPATH`` pointing at another checkout's
+``src`` it compares two versions of the prober.
+
 ``--variant NAME --endpoint unix://... --container-id ID --seconds S`` runs one variant against an
 existing runtime and prints one JSON line (``bench/bench_probes.py`` uses this for its same-run
 baseline: the raw ExecSync calls at the agent's probe rate, through ``CRIClient``).
@@ -35,6 +41,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -171,6 +178,40 @@ async def one(variant: str, endpoint: str, cid: str, rate: float, seconds: float
     return {"variant": variant, "rate": rate, **{k: round(x, 4) for k, x in res.items()}}
 
 
+async def prober_cost(pods: int, seconds: float) -> dict[str, Any]:
+    """The prober's own CPU per exec probe, without gRPC (see the module docstring)."""
+    from pykubelet.agent.metrics import cri_observer
+    from pykubelet.agent.prober import ProbeManager
+    from pykubelet.fakecri.inprocess import InProcessCRIClient
+    from pykubelet.fakecri.runtime import FakeRuntime
+
+    cri = InProcessCRIClient(FakeRuntime(), observer=cri_observer)
+    await cri.pull_image("busybox:1.36")
+    m = ProbeManager(cri, None)
+    probe = {"exec": {"command": ["true"]}, "periodSeconds": 1}
+    for i in range(pods):
+        sb_cfg = pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name=f"p{i}", namespace="default", uid=f"u{i}"))
+        sb = await cri.run_pod_sandbox(sb_cfg)
+        cid = await cri.create_container(sb, pb.ContainerConfig(metadata=pb.ContainerMetadata(name="c"),
+                                                                image=pb.ImageSpec(image="busybox:1.36")), sb_cfg)
+        await cri.start_container(cid)
+        pod = {"metadata": {"uid": f"u{i}", "name": f"p{i}", "namespace": "default"},
+               "spec": {"containers": [{"name": "c", "readinessProbe": dict(probe), "livenessProbe": dict(probe)}]},
+               "status": {"phase": "Running"}}
+        m.add_pod(pod)
+        m.update_pod_status(pod, {"c": (cid, True, time.time() - 100)}, "198.18.0.5")
+    try:
+        await asyncio.sleep(3)  # past the first-run jitter
+        n0, c0, t0 = sum(w.probes_run for w in m.workers()), cpu_now(), time.monotonic()
+        await asyncio.sleep(seconds)
+        n1, c1, t1 = sum(w.probes_run for w in m.workers()), cpu_now(), time.monotonic()
+    finally:
+        await m.stop()
+    n = max(1, n1 - n0)
+    return {"pods": pods, "probes_per_s": round(n / (t1 - t0), 1), "cpu_pct": round(100 * (c1 - c0) / (t1 - t0), 2),
+            "us_per_probe": round(1e6 * (c1 - c0) / n, 1), "loadavg": loadavg()}
+
+
 async def setup_container(endpoint: str) -> str:
     """One running container on the fake runtime (ExecSync needs a running one)."""
     cri = CRIClient(endpoint)
@@ -231,11 +272,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    p.add_argument("--prober", type=int, metavar="PODS", help="the prober's own cost per probe, no gRPC")
     p.add_argument("--variant", help="run one variant against --endpoint and print a JSON line")
     p.add_argument("--endpoint")
     p.add_argument("--container-id")
     p.add_argument("--json")
     args = p.parse_args(argv)
+    if args.prober:
+        print(json.dumps(asyncio.run(prober_cost(args.prober, args.seconds))), flush=True)
+        return 0
     if args.variant:
         if not (args.endpoint and args.container_id):
             p.error("--variant needs --endpoint and --container-id")

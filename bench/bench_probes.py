@@ -178,9 +178,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         else:
             await asyncio.sleep(args.hold)
         c1, t1 = cpu_seconds(pid), time.monotonic()
-        raw = await baseline
+        after = await asyncio.to_thread(scrape, kubeconfig)  # right at the end of the hold window
         result["loadavg_after"] = loadavg()
-        after = await asyncio.to_thread(scrape, kubeconfig)
+        raw = await baseline
         delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
         n = delta.get("count", 0.0)
         result["agent_cpu_pct"] = round(100 * (c1 - c0) / (t1 - t0), 2)
