@@ -46,6 +46,14 @@ from .volumemanager import Mounter
 
 log = logging.getLogger("pykubelet.agent")
 
+# Requests in flight to the API server at once (watches have their own connections). Each HTTPS
+# connection costs ~300 kB while it lives (asyncio's 256 kB TLS read buffer plus OpenSSL's state),
+# and a burst (status writes of many pods, events, TokenRequests) used to open up to 64 of them:
+# ~40 seen during a 300-pod start, and their memory stays with the process after the burst. 16 is
+# far more than the API server serves at once; upstream's kubelet multiplexes everything on one
+# HTTP/2 connection, rate-limited to kubeAPIQPS 50 / burst 100.
+API_REQUEST_CONNECTIONS = 16
+
 
 def setup_logging(verbosity: int) -> None:
     """klog-like levels: -v 0..3 → INFO, -v 4+ → DEBUG (upstream puts debug detail at V(4))."""
@@ -118,7 +126,8 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
             return 1
     if options.kubeconfig is not None:
         try:
-            api = ApiClient.from_kubeconfig(options.kubeconfig, user_agent=f"kubelet/{options.node_name}")
+            api = ApiClient.from_kubeconfig(options.kubeconfig, user_agent=f"kubelet/{options.node_name}",
+                                            max_connections=API_REQUEST_CONNECTIONS)
         except (OSError, ValueError, KeyError, TypeError) as e:
             log.error("--kubeconfig: cannot load %s: %s", options.kubeconfig, e)
             return 1

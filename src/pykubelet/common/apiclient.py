@@ -75,6 +75,7 @@ class ApiClient:
         insecure_skip_verify: bool = False,
         user_agent: str = "pykubelet",
         token_file: str | None = None,
+        max_connections: int = 64,
     ) -> None:
         self.server = server.rstrip("/")
         self._token = token
@@ -89,7 +90,14 @@ class ApiClient:
             if cert_file and key_file:
                 ctx.load_cert_chain(cert_file, key_file)
             self._ssl = ctx
+        # Requests and watches use separate pools: a watch holds its connection for minutes, so in
+        # one bounded pool enough watches would starve the requests, and an unbounded request pool
+        # costs ~300 kB per connection (asyncio's 256 kB TLS read buffer + OpenSSL's state) for as
+        # many connections as requests were ever in flight at once (upstream's client-go shares one
+        # HTTP/2 connection).
+        self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._watch_session: aiohttp.ClientSession | None = None
         self._tmpfiles: list[str] = []
         self._closing: set[asyncio.Task[None]] = set()
 
@@ -158,13 +166,21 @@ class ApiClient:
             token = Path(self._token_file).read_text().strip()
         return {"Authorization": f"Bearer {token}"} if token else {}
 
+    def _new_session(self, limit: int) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=self._ssl, limit=limit),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+        )
+
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=self._ssl, limit=64),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-            )
+            self._session = self._new_session(self._max_connections)
         return self._session
+
+    def _watch_sess(self) -> aiohttp.ClientSession:
+        if self._watch_session is None or self._watch_session.closed:
+            self._watch_session = self._new_session(0)  # one connection per watch, no limit
+        return self._watch_session
 
     def reload_client_certificate(self, cert_file: str, key_file: str) -> None:
         """Present a renewed client certificate from now on (kubelet certificate rotation): it is
@@ -172,16 +188,18 @@ class ApiClient:
         dropped (upstream's ``closeAllConns``); callers retry or re-watch as after any reconnect."""
         if isinstance(self._ssl, ssl.SSLContext):
             self._ssl.load_cert_chain(cert_file, key_file)
-        old, self._session = self._session, None
-        if old is not None and not old.closed:
-            task = asyncio.get_running_loop().create_task(old.close())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+        for old in (self._session, self._watch_session):
+            if old is not None and not old.closed:
+                task = asyncio.get_running_loop().create_task(old.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+        self._session = self._watch_session = None
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for sess in (self._session, self._watch_session):
+            if sess is not None:
+                await sess.close()
+        self._session = self._watch_session = None
 
     async def __aenter__(self) -> ApiClient:
         return self
@@ -273,7 +291,7 @@ class ApiClient:
             query["timeoutSeconds"] = timeout_seconds
         headers = {**self._headers, **self._auth_headers()}
         try:
-            async with self._sess().get(
+            async with self._watch_sess().get(
                 self.server + path,
                 params=self._params(query),
                 headers=headers,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from pathlib import Path
@@ -113,3 +114,32 @@ def test_inline_cert_data(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(cfg))
     api = ApiClient.from_kubeconfig(path)
     assert api.server == "https://127.0.0.1:1"
+
+
+async def test_open_watches_do_not_hold_up_requests_when_the_request_pool_is_full() -> None:
+    release = asyncio.Event()
+
+    async def slow_watch(request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch") != "true":
+            return web.json_response({"ok": True})
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(json.dumps({"type": "ADDED", "object": {"metadata": {"name": "a"}}}).encode() + b"\n")
+        await release.wait()
+        return resp
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", slow_watch)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with ApiClient(f"http://127.0.0.1:{server.port}", max_connections=1) as api:
+            watches = [api.watch("/api/v1/pods").__aiter__() for _ in range(2)]
+            for w in watches:  # two watches streaming at once, more than the request pool's one connection
+                assert (await asyncio.wait_for(w.__anext__(), 5))[0] == "ADDED"
+            assert await asyncio.wait_for(api.get("/api/v1/nodes/n1"), 5) == {"ok": True}
+            release.set()
+            for w in watches:
+                await w.aclose()  # type: ignore[attr-defined]
+    finally:
+        await server.close()
