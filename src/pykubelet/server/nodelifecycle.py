@@ -24,9 +24,11 @@ Upstream behaviour followed (pkg/controller/nodelifecycle, pkg/controller/tainte
   writes the pods' real readiness back (it reconciles statuses that differ from its own);
 - a controller that did not run for a while (its process was paused -- SIGSTOP, a VM freeze -- or
   starved) cannot tell a silent kubelet from its own absence: the heartbeats queued meanwhile are
-  still in flight.  When a pass starts more than ``stall_threshold`` after the previous one, every
-  node gets a fresh grace period, as when the controller starts (upstream resets probe
-  timestamps the same way when it leaves full-disruption mode);
+  still in flight.  When a pass starts more than ``stall_threshold`` after the previous one
+  *ended*, every node gets a fresh grace period, as when the controller starts (upstream resets
+  probe timestamps the same way when it leaves full-disruption mode).  A pass that is long because
+  it works (marking or evicting the thousand pods of a lost node) is not a stall: counted from the
+  pass's start, it would hand every other silent node a fresh grace period;
 - taints follow conditions (TaintNodesByCondition + taint-based eviction): Ready=False ->
   node.kubernetes.io/not-ready NoSchedule+NoExecute, Ready=Unknown/absent ->
   node.kubernetes.io/unreachable NoSchedule+NoExecute (NoExecute carries timeAdded), pressure
@@ -376,15 +378,17 @@ class NodeLifecycleController:
                     "giving every node a fresh grace period", gap,
                 )
                 self.health.refresh_all(now)
-        self._last_pass = now
-        for name, node in list(self.nodes.items()):
-            try:
-                node = await self._reconcile_node(name, node, now)
-                await self._mark_pods_not_ready(name, node, now)
-                await self._evict(name, node, now)
-            except Exception:
-                log.exception("node lifecycle for %s failed", name)
-        await self._process_assigned(now)
+        try:
+            for name, node in list(self.nodes.items()):
+                try:
+                    node = await self._reconcile_node(name, node, now)
+                    await self._mark_pods_not_ready(name, node, now)
+                    await self._evict(name, node, now)
+                except Exception:
+                    log.exception("node lifecycle for %s failed", name)
+            await self._process_assigned(now)
+        finally:
+            self._last_pass = self.clock()  # the gap to the next pass is idle time, not this pass's work
 
     async def _reconcile_node(self, name: str, node: Obj, now: datetime) -> Obj:
         if self.health.is_stale(name, now):

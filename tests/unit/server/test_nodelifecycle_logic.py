@@ -279,3 +279,32 @@ def test_a_malformed_toleration_seconds_never_crashes_eviction() -> None:
     odd = [{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
             "tolerationSeconds": "soon"}, "not-a-toleration"]
     assert eviction_time(running_pod("p", tolerations=odd), taints, T0) is None  # tolerated, for ever
+
+
+async def test_a_long_pass_over_a_lost_node_s_pods_is_not_taken_for_a_paused_controller() -> None:
+    api = FakeApi()
+    clock = [T0]
+    api.put("/api/v1/nodes/n1", kubelet_node())
+    api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
+    n2 = {**kubelet_node(), "metadata": {"name": "n2", "creationTimestamp": fmt_time(T0)}}
+    api.put("/api/v1/nodes/n2", n2)
+    api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n2",
+            {**lease(T0), "metadata": {"name": "n2", "namespace": "kube-node-lease"}})
+    for i in range(30):
+        api.put(f"/api/v1/namespaces/default/pods/p{i}", running_pod(f"p{i}", tolerations=DEFAULT_TOLS))
+
+    def slow_write(_verb: str, _path: str, _body: Any) -> None:  # each pod update takes a second
+        clock[0] += timedelta(seconds=1)
+
+    api.react("patch", "/status", slow_write)
+    c = await _controller(api, clock)
+    for seconds in range(0, 46, 5):  # a pass every 5 s; n2's kubelet renews once more at 20 s, then goes silent
+        clock[0] = T0 + timedelta(seconds=seconds)
+        if seconds == 20:
+            c.on_lease_event("MODIFIED", {**lease(clock[0]), "metadata": {"name": "n2", "namespace": "kube-node-lease"}})
+        await c.reconcile()  # at 45 s n1 is lost: 30 pods marked not ready, the pass takes 30 s
+    assert condition_status(api.objects["/api/v1/nodes/n1"], "Ready") == "Unknown"
+    assert clock[0] >= T0 + timedelta(seconds=75)
+    clock[0] += timedelta(seconds=5)  # the next pass, one monitor period later
+    await c.reconcile()
+    assert condition_status(api.objects["/api/v1/nodes/n2"], "Ready") == "Unknown"  # not a fresh grace period
