@@ -173,6 +173,10 @@ class RuntimeListing:
     listed_at: float = 0.0  # wall clock taken before the List* calls
     ready_sandboxes: int = 0  # counted once per changed listing (the PLEG's metrics)
     container_counts: dict[t.ContainerState, int] = field(default_factory=dict)
+    container_ids: frozenset[str] | None = None  # set by list_runtime (None: derive from ``containers``)
+
+    def all_container_ids(self) -> frozenset[str]:
+        return self.container_ids if self.container_ids is not None else frozenset(c.id for c in self.containers)
 
 
 # one listed object: its id and CRI state (the part of a listing that changes), in listing order
@@ -272,7 +276,7 @@ class RuntimeManager:
         if last is not None and signature == self._last_signature:
             out = RuntimeListing(pods=dict(self._last_pods), meta=last.meta, sandboxes=sandboxes,
                                  containers=containers, listed_at=listed_at, ready_sandboxes=last.ready_sandboxes,
-                                 container_counts=last.container_counts)
+                                 container_counts=last.container_counts, container_ids=last.container_ids)
             self.last_listing = out
             return out
         out = RuntimeListing(sandboxes=sandboxes, containers=containers, listed_at=listed_at)
@@ -298,6 +302,7 @@ class RuntimeManager:
             out.pods.setdefault(uid, {})[c.id] = state
             out.meta.setdefault(uid, owner[1:])
         self._owners = owners
+        out.container_ids = frozenset(cid for cid, _ in signature[1])
         self._last_signature = signature
         self._last_pods = dict(out.pods)
         self.last_listing = out
