@@ -12,7 +12,8 @@ Upstream behaviour followed:
   capped at 10 KiB. The runtime enforces ``timeoutSeconds``; in case it hangs, the call itself is
   bounded by ``timeoutSeconds + 10 s``: through ``CRIClient`` as the gRPC deadline of the call (free:
   gRPC's C core tracks it; an ``asyncio.timeout`` costs a loop timer and its bookkeeping per probe,
-  ~5 % of the agent's CPU at 200 probes/s), for any other ``ExecRuntime`` as an asyncio timeout. ``$(VAR)`` references expand from the container's literal env only
+  ~5 % of the agent's CPU at 200 probes/s), for any other ``ExecRuntime`` as an asyncio timeout.
+  (``InProcessCRIClient``, hollow nodes, ignores deadlines: its fake runtime answers at once.) ``$(VAR)`` references expand from the container's literal env only
   (``ExpandContainerCommandOnlyStatic``).
 * httpGet: host defaults to the pod IP, port may be a number or a named container port (falling back
   to parsing the name as a number), scheme HTTPS skips verification, headers are multi-valued and
