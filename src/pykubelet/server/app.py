@@ -30,6 +30,14 @@ server's own watch timeout, drawn per watch between ``min_request_timeout`` and 
 (upstream's ``--min-request-timeout``, default 1800 s), so no client can hold one open forever.
 With a Table Accept header each watch event carries a one-row Table, which is what
 ``kubectl get -w`` prints.
+
+A watch client that stops reading costs bounded memory and nobody else's time: each watch's queue
+holds at most ``watch_queue_limit`` live events (default 1000, upstream's largest watch channel);
+one more and the store terminates the watch with a log line naming the client (user agent,
+address) and the resource (see ``storage``).  Socket writes are awaited by the watch's own request
+handler, never by the fan-out; when the watch is terminated, or its timeout passes, while a write is
+stuck on a full socket the connection is aborted.  A well-behaved client sees the watch end and
+watches again from its last resourceVersion, as with upstream.
 """
 
 from __future__ import annotations
@@ -64,6 +72,7 @@ log = logging.getLogger(__name__)
 MAX_BODY = 3 * 1024 * 1024
 JSON_CT = "application/json"
 WATCH_BATCH = 500  # queued watch events written in one go at most
+WATCH_QUEUE_LIMIT = 1000  # live events a watch may have waiting before it is terminated
 # Nesting bound for every body we parse: deeper than any built-in object (managedFields, ~12) needs,
 # shallow enough that the recursive code after parsing (typed decoding, merges, deepcopy) stays far
 # from Python's recursion limit.
@@ -478,7 +487,8 @@ class ApiHttp:
 
     def __init__(self, registry: Registry, pki: PKI, tokens: TokenAuth, authorizer: Authorizer, *,
                  version_minor: str, insecure_admin: bool = False, bookmark_interval: float = 60.0,
-                 min_request_timeout: float = DEFAULT_MIN_REQUEST_TIMEOUT) -> None:
+                 min_request_timeout: float = DEFAULT_MIN_REQUEST_TIMEOUT,
+                 watch_queue_limit: int = WATCH_QUEUE_LIMIT) -> None:
         self.registry = registry
         self.pki = pki
         self.tokens = tokens
@@ -488,6 +498,7 @@ class ApiHttp:
         self.bookmark_interval = bookmark_interval
         # upstream --min-request-timeout: a watch without timeoutSeconds lasts between this and 2x
         self.min_request_timeout = min_request_timeout
+        self.watch_queue_limit = watch_queue_limit
         self.server_addr = "127.0.0.1:6443"
         self._watch_tasks: set[asyncio.Task[Any]] = set()
         self.stopping = asyncio.Event()
@@ -853,7 +864,10 @@ class ApiHttp:
                                                        "Cache-Control": "no-cache, private"})
         resp.enable_chunked_encoding()
         try:
-            watcher = self.registry.store.watch(ri.key, info.namespace or None, since)
+            watcher = self.registry.store.watch(
+                ri.key, info.namespace or None, since, limit=self.watch_queue_limit,
+                client=f"{request.headers.get('User-Agent', 'no user agent')!r} from {request.remote}"
+                f" as {ctx.user.name!r}")
         except StatusError as e:
             await resp.prepare(request)
             await resp.write(_line({"type": "ERROR", "object": e.status()}))
@@ -869,12 +883,29 @@ class ApiHttp:
         # Events already queued are written together: one write per burst, not one loop turn per event,
         # so a watcher keeps up while a thousand pods are created (upstream's cacheWatcher batches too).
         pending: list[bytes] = []
+        writing = False
+
+        def stuck() -> None:  # the store terminated this watch: a write blocked on the socket ends now
+            if writing and request.transport is not None:
+                request.transport.abort()
+
+        watcher.on_terminate = stuck
 
         async def flush() -> None:
+            nonlocal writing
             if pending:
                 data = b"".join(pending)
                 pending.clear()
-                await resp.write(data)
+                writing = True
+                try:
+                    async with asyncio.timeout_at(deadline):  # a stalled reader cannot outlive the watch
+                        await resp.write(data)
+                except TimeoutError:
+                    if request.transport is not None:
+                        request.transport.abort()
+                    raise ConnectionResetError("watch timed out in a write") from None
+                finally:
+                    writing = False
 
         async def send(etype: str, obj: dict[str, Any]) -> None:
             nonlocal first_table
@@ -925,11 +956,11 @@ class ApiHttp:
                 await flush()
                 if closed:
                     break
-        except ConnectionResetError:
-            pass  # the client went away; nothing to tell it
+        except ConnectionError:
+            pass  # the client went away, or was cut off for not reading; nothing to tell it
         finally:
             self.registry.store.unwatch(watcher)
-        with contextlib.suppress(ConnectionResetError):
+        with contextlib.suppress(ConnectionError):
             await resp.write_eof()
         return resp
 

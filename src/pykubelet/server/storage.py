@@ -16,6 +16,17 @@ names a resourceVersion other than the stored one fails with 409 Conflict.
 Everything runs on the event loop thread, so no locking is needed: a write and its fan-out to
 watchers happen atomically with respect to other coroutines.
 
+Slow watchers.  The fan-out only appends to each watcher's queue (never awaits), so a client that
+stops reading cannot slow a write or another watcher.  What it could do is make its queue grow
+without bound; a watch opened with a ``limit`` (the HTTP watches, see ``ApiHttp``) is bounded like
+upstream's ``cacheWatcher`` channel: when ``limit`` live events are already waiting, the watcher
+is terminated instead of buffering more (upstream: "Forcing ... watcher close due to
+unresponsiveness", after a short time budget), its queue gets the end marker and
+``on_terminate`` runs, so the HTTP handler can drop a connection stuck in a write.  The client
+sees its watch end and, like every informer, re-lists or re-watches from its last
+resourceVersion.  Events queued at subscription (initial ADDEDs, replayed history) do not count
+against the limit: upstream sends those before reading the channel, too.
+
 Data at rest.  The database holds every object, Secrets included, so it is private to its owner:
 the file is created 0600 before SQLite opens it (SQLite gives ``-wal``/``-shm``/``-journal`` the
 database file's mode, so they are 0600 too) and existing files are tightened on open; the data dir
@@ -125,6 +136,16 @@ class Watcher:
     namespace: str | None
     queue: asyncio.Queue[WatchEvent | None] = field(default_factory=asyncio.Queue)
     closed: bool = False
+    limit: int = 0  # live events allowed to wait; 0 = unbounded (in-process consumers)
+    client: str = ""  # who is watching, for the log line when it is terminated
+    live: int = 0  # events pushed after the subscription
+    terminated: bool = False  # closed by the store for falling behind
+    on_terminate: Callable[[], None] | None = None
+
+    def backlog(self) -> int:
+        """Live events still queued.  The queue holds the subscription's initial events first and
+        they are consumed first, so the live ones are the last ``min(live, qsize)``."""
+        return min(self.live, self.queue.qsize())
 
 
 class Storage:
@@ -333,14 +354,31 @@ class Storage:
         self._history.append(ev)
         for w in list(self._watchers.get(ev.resource, ())):
             if w.namespace is None or w.namespace == ev.namespace:
+                if w.limit and w.backlog() >= w.limit:
+                    self._terminate(w)
+                    continue
+                w.live += 1
                 w.queue.put_nowait(ev)
 
+    def _terminate(self, w: Watcher) -> None:
+        """End a watcher that fell ``limit`` events behind: bounded memory, not an ever-growing
+        queue; the client re-lists or re-watches (upstream's cacheWatcher termination)."""
+        log.warning("Forcing %s watcher close due to unresponsiveness: %s. %d events queued (limit %d); "
+                    "the client must watch again", w.resource, w.client or "an in-process watcher",
+                    w.backlog(), w.limit)
+        w.terminated = True
+        self.unwatch(w)
+        w.queue.put_nowait(None)
+        if w.on_terminate is not None:
+            w.on_terminate()
+
     def watch(self, resource: str, namespace: str | None, since: int | None,
-              initial: Callable[[], list[Obj]] | None = None) -> Watcher:
+              initial: Callable[[], list[Obj]] | None = None, *, limit: int = 0, client: str = "") -> Watcher:
         """Subscribe.  ``since``: deliver events with rv > since (410 if no longer in history).
         ``since is None``: synthesize ADDED for current objects first (upstream semantics for an
-        unset or "0" resourceVersion)."""
-        w = Watcher(resource, namespace)
+        unset or "0" resourceVersion).  ``limit``: live events that may wait before the watcher is
+        terminated (0: unbounded); ``client`` names the watcher in that log line."""
+        w = Watcher(resource, namespace, limit=limit, client=client)
         if since is None:
             for (ns, name), obj in self.iter_raw(resource, namespace):
                 rv = int(obj["metadata"].get("resourceVersion", "0") or 0)
@@ -359,3 +397,7 @@ class Storage:
     def unwatch(self, w: Watcher) -> None:
         w.closed = True
         self._watchers.get(w.resource, set()).discard(w)
+
+    def watchers(self, resource: str) -> list[Watcher]:
+        """The live watchers of ``resource`` (for tests and diagnostics)."""
+        return list(self._watchers.get(resource, ()))
