@@ -823,7 +823,7 @@ class ApiHttp:
                opts["continue"] or None)
         if wants_table(accept):
             items, rev, cont, remaining = self.registry.list_shared(*sel)
-            return json_response(self.registry.table(ri, items, rev, cont, remaining))
+            return web.Response(body=self.registry.table_json(ri, items, rev, cont, remaining), content_type=JSON_CT)
         encoded, rev, cont, remaining = self.registry.list_encoded(*sel)
         meta: dict[str, Any] = {"resourceVersion": str(rev)}
         if cont:
@@ -867,7 +867,9 @@ class ApiHttp:
             watcher = self.registry.store.watch(
                 ri.key, info.namespace or None, since, limit=self.watch_queue_limit,
                 client=f"{request.headers.get('User-Agent', 'no user agent')!r} from {request.remote}"
-                f" as {ctx.user.name!r}")
+                f" as {ctx.user.name!r}",
+                # a kubelet's pod watch: queued only the events of its node's pods
+                index=("spec.nodeName", eq["spec.nodeName"]) if ri.key == "pods" and "spec.nodeName" in eq else None)
         except StatusError as e:
             await resp.prepare(request)
             await resp.write(_line({"type": "ERROR", "object": e.status()}))

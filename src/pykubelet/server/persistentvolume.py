@@ -321,6 +321,8 @@ class PersistentVolumeController:
         return {k: list(v.values()) for k, v in self.cache.items()}
 
     async def sync_once(self) -> list[Action]:
+        if not self.cache["pvcs"] and not self.cache["pvs"]:
+            return []  # nothing to plan: no copy of every pod per pod event
         s = self.snapshot()
         actions = plan(s["pvcs"], s["pvs"], s["classes"], s["nodes"], s["pods"], base_dir=self.base_dir)
         for a in actions:

@@ -22,10 +22,12 @@ import binascii
 import contextlib
 import copy
 import datetime as dt
+import functools
 import json
 import logging
 import secrets
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -227,13 +229,21 @@ class Registry:
 
     # ---------------------------------------------------------------- presentation
     def present(self, ri: ResourceInfo, obj: Obj) -> Obj:
+        return self._presenter(ri)(obj)
+
+    def _presenter(self, ri: ResourceInfo) -> Callable[[Obj], Obj]:
+        """How objects of ``ri`` are shown to clients, decided once per list rather than per item."""
         if ri.group == "events.k8s.io":
-            return events_conv.from_core(obj)
+            return events_conv.from_core
         if (sv := self.crds.served(ri)) is not None:
-            return self.crds.present(sv, obj)
-        if "kind" not in obj or "apiVersion" not in obj:
-            obj = {"kind": ri.kind, "apiVersion": ri.api_version, **obj}
-        return obj
+            return functools.partial(self.crds.present, sv)
+        kind, api_version = ri.kind, ri.api_version
+
+        def typed(obj: Obj) -> Obj:
+            if "kind" not in obj or "apiVersion" not in obj:
+                return {"kind": kind, "apiVersion": api_version, **obj}
+            return obj
+        return typed
 
     def table(self, ri: ResourceInfo, objs: list[Obj], rev: int, cont: str | None,
               remaining: int | None) -> dict[str, Any]:
@@ -293,12 +303,13 @@ class Registry:
         out: list[tuple[tuple[str, str], Obj, Obj]] = []
         last_key: tuple[str, str] | None = None
         remaining = 0
+        present = self._presenter(ri)
         for key, raw in self.store.iter_raw(ri.key, ns):
             if start is not None and key <= start:
                 continue
             if "metadata.name" in eq and key[1] != eq["metadata.name"]:
                 continue
-            obj = self.present(ri, raw)
+            obj = present(raw)
             if not (lmatch(obj) and fmatch(obj)):
                 continue
             if limit and len(out) >= limit:

@@ -16,6 +16,14 @@ names a resourceVersion other than the stored one fails with 409 Conflict.
 Everything runs on the event loop thread, so no locking is needed: a write and its fan-out to
 watchers happen atomically with respect to other coroutines.
 
+Copies.  The store keeps its own copy of each object and hands out copies the caller may change;
+both are the object's compact JSON decoded again (``json.loads`` is several times cheaper than
+``deepcopy`` and yields exactly what is persisted), and the JSON itself is kept per revision for
+lists and watch events.  A watch with an equality field selector on ``spec.nodeName`` (every
+kubelet's pod watch) is indexed by that value, so a pod event is queued for the one node's watch
+instead of being matched, and dropped, by a hundred of them (upstream's watch cache indexes
+pods by ``spec.nodeName`` for the same reason).
+
 Slow watchers.  The fan-out only appends to each watcher's queue (never awaits), so a client that
 stops reading cannot slow a write or another watcher.  What it could do is make its queue grow
 without bound; a watch opened with a ``limit`` (the HTTP watches, see ``ApiHttp``) is bounded like
@@ -43,8 +51,8 @@ linger in free space.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
-import copy
 import json
 import logging
 import os
@@ -56,6 +64,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pykubelet.server.errors import already_exists, conflict, expired, not_found
+from pykubelet.server.selectors import field_value
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -141,6 +150,7 @@ class Watcher:
     live: int = 0  # events pushed after the subscription
     terminated: bool = False  # closed by the store for falling behind
     on_terminate: Callable[[], None] | None = None
+    index: tuple[str, str] | None = None  # (field, value): only events whose object had it, see watch()
 
     def backlog(self) -> int:
         """Live events still queued.  The queue holds the subscription's initial events first and
@@ -162,8 +172,12 @@ class Storage:
         # compact JSON of stored objects, made once per revision (on write, or on first read after a
         # load) and reused by lists and watches, like upstream's watch cache serving from memory
         self._encoded: dict[str, dict[tuple[str, str], bytes]] = collections.defaultdict(dict)
+        self._order: dict[str, list[tuple[str, str]]] = {}  # keys of a resource, sorted; dropped on create/delete
         self._history: collections.deque[WatchEvent] = collections.deque(maxlen=history)
         self._watchers: dict[str, set[Watcher]] = collections.defaultdict(set)
+        # watchers with an equality field selector (a kubelet's spec.nodeName=<node>): resource ->
+        # field -> value -> watchers, so an event reaches the one node's watch, not all of them
+        self._indexed: dict[str, dict[str, dict[str, set[Watcher]]]] = {}
         self.revision = 0
         self._floor = 0  # oldest revision a watch can resume from
 
@@ -217,13 +231,20 @@ class Storage:
             raise StorageError(f"cannot read {where} from {self._path}: not a JSON object")
         return obj
 
-    def _encode(self, resource: str, ns: str, name: str, obj: Obj) -> str | bytes:
-        text = json.dumps(obj, separators=(",", ":"))
-        self._encoded[resource][(ns, name)] = text.encode()
+    def _row_value(self, resource: str, ns: str, name: str, data: bytes) -> str | bytes:
         if self._transformer is None:
-            return text
-        out = self._transformer.to_storage(resource, ns, name, text.encode())
+            return data.decode()
+        out = self._transformer.to_storage(resource, ns, name, data)
         return out if out.startswith(ENCRYPTED_PREFIX) else out.decode()
+
+    @staticmethod
+    def _with_rv(obj: Obj, rv: int) -> tuple[Obj, bytes]:
+        """``obj`` at revision ``rv`` as the store keeps it (a copy of its own, the caller's object
+        untouched) and as compact JSON.  The copy is the JSON decoded again: the store holds
+        exactly what it persists, and ``json.loads`` is several times cheaper than ``deepcopy``."""
+        data = json.dumps({**obj, "metadata": {**(obj.get("metadata") or {}), "resourceVersion": str(rv)}},
+                          separators=(",", ":")).encode()
+        return json.loads(data), data
 
     def close(self) -> None:
         for ws in self._watchers.values():
@@ -231,24 +252,32 @@ class Storage:
                 w.closed = True
                 w.queue.put_nowait(None)
         self._watchers.clear()
+        for by_field in self._indexed.values():
+            for by_value in by_field.values():
+                for ws in by_value.values():
+                    for w in ws:
+                        w.closed = True
+                        w.queue.put_nowait(None)
+        self._indexed.clear()
         if self._db is not None:
             self._db.close()
             self._db = None
 
     # ---------------------------------------------------------------- reads
     def get(self, resource: str, namespace: str, name: str) -> Obj | None:
-        obj = self._objects[resource].get((namespace, name))
-        return copy.deepcopy(obj) if obj is not None else None
+        """A copy of the stored object the caller may change (decoded from its JSON)."""
+        data = self.encoded(resource, namespace, name)
+        return json.loads(data) if data is not None else None
 
     def peek(self, resource: str, namespace: str, name: str) -> Obj | None:
         """Like get() but returns the stored object itself: callers must not mutate it."""
         return self._objects[resource].get((namespace, name))
 
     def list_objects(self, resource: str, namespace: str | None = None) -> list[Obj]:
-        """Objects sorted by (namespace, name), deep-copied."""
+        """Objects sorted by (namespace, name), copies the caller may change."""
         items = self._objects[resource]
         keys = sorted(k for k in items if namespace is None or k[0] == namespace)
-        return [copy.deepcopy(items[k]) for k in keys]
+        return [json.loads(self.encoded(resource, *k) or b"null") for k in keys]
 
     def encoded(self, resource: str, namespace: str, name: str) -> bytes | None:
         """The stored object as compact JSON (``None`` when absent); callers must not mutate."""
@@ -264,8 +293,16 @@ class Storage:
     def iter_raw(self, resource: str, namespace: str | None = None) -> Iterator[tuple[tuple[str, str], Obj]]:
         """Sorted (key, stored object) pairs without copying; callers must not mutate."""
         items = self._objects[resource]
-        for k in sorted(k for k in items if namespace is None or k[0] == namespace):
-            yield k, items[k]
+        keys = self._order.get(resource)
+        if keys is None:  # sorted once per create/delete of the resource, not per list
+            keys = self._order[resource] = sorted(items)
+        i = 0 if namespace is None else bisect.bisect_left(keys, (namespace, ""))
+        for k in keys[i:] if i else keys:
+            if namespace is not None and k[0] != namespace:
+                break
+            obj = items.get(k)
+            if obj is not None:
+                yield k, obj
 
     def resources(self) -> list[str]:
         return [r for r, objs in self._objects.items() if objs]
@@ -278,13 +315,13 @@ class Storage:
         self.revision += 1
         return self.revision
 
-    def _persist(self, resource: str, namespace: str, name: str, obj: Obj | None) -> None:
+    def _persist(self, resource: str, namespace: str, name: str, data: bytes | None) -> None:
         db = self._db
         if db is None:
             raise RuntimeError("storage is not open")
         db.execute("BEGIN")
         try:
-            if obj is None:
+            if data is None:
                 db.execute(
                     "DELETE FROM objects WHERE resource=? AND namespace=? AND name=?",
                     (resource, namespace, name),
@@ -292,7 +329,7 @@ class Storage:
             else:
                 db.execute(
                     "INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?)",
-                    (resource, namespace, name, self.revision, self._encode(resource, namespace, name, obj)),
+                    (resource, namespace, name, self.revision, self._row_value(resource, namespace, name, data)),
                 )
             db.execute("INSERT OR REPLACE INTO meta VALUES ('revision', ?)", (self.revision,))
             db.execute("COMMIT")
@@ -305,13 +342,14 @@ class Storage:
         items = self._objects[resource]
         if (namespace, name) in items:
             raise already_exists(kind_name or resource, name, group)
-        obj = copy.deepcopy(obj)
         rv = self._next_rv()
-        obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
-        self._persist(resource, namespace, name, obj)
+        obj, data = self._with_rv(obj, rv)
+        self._persist(resource, namespace, name, data)
         items[(namespace, name)] = obj
-        self._emit(WatchEvent("ADDED", resource, namespace, name, rv, obj))
-        return copy.deepcopy(obj)
+        self._order.pop(resource, None)
+        self._encoded[resource][(namespace, name)] = data
+        self._emit(WatchEvent("ADDED", resource, namespace, name, rv, obj, _encoded=data))
+        return json.loads(data)
 
     def update(self, resource: str, namespace: str, name: str, obj: Obj, *, expected_rv: str | None = None,
                kind_name: str = "", group: str = "") -> Obj:
@@ -321,13 +359,13 @@ class Storage:
             raise not_found(kind_name or resource, name, group)
         if expected_rv and expected_rv != old["metadata"].get("resourceVersion"):
             raise conflict(kind_name or resource, name, group)
-        obj = copy.deepcopy(obj)
         rv = self._next_rv()
-        obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
-        self._persist(resource, namespace, name, obj)
+        obj, data = self._with_rv(obj, rv)
+        self._persist(resource, namespace, name, data)
         items[(namespace, name)] = obj
-        self._emit(WatchEvent("MODIFIED", resource, namespace, name, rv, obj, old))
-        return copy.deepcopy(obj)
+        self._encoded[resource][(namespace, name)] = data
+        self._emit(WatchEvent("MODIFIED", resource, namespace, name, rv, obj, old, _encoded=data))
+        return json.loads(data)
 
     def delete(self, resource: str, namespace: str, name: str, *, expected_rv: str | None = None,
                kind_name: str = "", group: str = "") -> Obj:
@@ -339,26 +377,39 @@ class Storage:
             raise conflict(kind_name or resource, name, group)
         rv = self._next_rv()
         # Upstream's DELETED event carries the object at the deletion revision.
-        obj = copy.deepcopy(old)
-        obj["metadata"]["resourceVersion"] = str(rv)
+        obj, data = self._with_rv(old, rv)
         self._persist(resource, namespace, name, None)
         del items[(namespace, name)]
+        self._order.pop(resource, None)
         self._encoded[resource].pop((namespace, name), None)
-        self._emit(WatchEvent("DELETED", resource, namespace, name, rv, obj, old))
-        return copy.deepcopy(obj)
+        self._emit(WatchEvent("DELETED", resource, namespace, name, rv, obj, old, _encoded=data))
+        return json.loads(data)
 
     # ---------------------------------------------------------------- watch
     def _emit(self, ev: WatchEvent) -> None:
         if len(self._history) == self._history.maxlen:
             self._floor = self._history[0].rv
         self._history.append(ev)
-        for w in list(self._watchers.get(ev.resource, ())):
+        for w in self._targets(ev):
             if w.namespace is None or w.namespace == ev.namespace:
                 if w.limit and w.backlog() >= w.limit:
                     self._terminate(w)
                     continue
                 w.live += 1
                 w.queue.put_nowait(ev)
+
+    def _targets(self, ev: WatchEvent) -> list[Watcher]:
+        """The watchers an event may concern: all unindexed ones, and the indexed ones whose value
+        the object has now or had before (a watch must see an object enter and leave its selection)."""
+        out = list(self._watchers.get(ev.resource, ()))
+        by_field = self._indexed.get(ev.resource)
+        if by_field:
+            for fld, by_value in by_field.items():
+                now = field_value(ev.obj, fld)
+                out.extend(by_value.get(now, ()))
+                if ev.old is not None and (before := field_value(ev.old, fld)) != now:
+                    out.extend(by_value.get(before, ()))
+        return out
 
     def _terminate(self, w: Watcher) -> None:
         """End a watcher that fell ``limit`` events behind: bounded memory, not an ever-growing
@@ -373,12 +424,15 @@ class Storage:
             w.on_terminate()
 
     def watch(self, resource: str, namespace: str | None, since: int | None,
-              initial: Callable[[], list[Obj]] | None = None, *, limit: int = 0, client: str = "") -> Watcher:
+              initial: Callable[[], list[Obj]] | None = None, *, limit: int = 0, client: str = "",
+              index: tuple[str, str] | None = None) -> Watcher:
         """Subscribe.  ``since``: deliver events with rv > since (410 if no longer in history).
         ``since is None``: synthesize ADDED for current objects first (upstream semantics for an
         unset or "0" resourceVersion).  ``limit``: live events that may wait before the watcher is
-        terminated (0: unbounded); ``client`` names the watcher in that log line."""
-        w = Watcher(resource, namespace, limit=limit, client=client)
+        terminated (0: unbounded); ``client`` names the watcher in that log line.  ``index``:
+        (field, value) of an equality field selector the watch has: live events whose object does
+        not have, and did not have, that value are not queued (the caller still filters what is)."""
+        w = Watcher(resource, namespace, limit=limit, client=client, index=index)
         if since is None:
             for (ns, name), obj in self.iter_raw(resource, namespace):
                 rv = int(obj["metadata"].get("resourceVersion", "0") or 0)
@@ -391,13 +445,25 @@ class Storage:
             for ev in self._history:
                 if ev.rv > since and ev.resource == resource and (namespace is None or ev.namespace == namespace):
                     w.queue.put_nowait(ev)
-        self._watchers[resource].add(w)
+        if index is None:
+            self._watchers[resource].add(w)
+        else:
+            self._indexed.setdefault(resource, {}).setdefault(index[0], {}).setdefault(index[1], set()).add(w)
         return w
 
     def unwatch(self, w: Watcher) -> None:
         w.closed = True
-        self._watchers.get(w.resource, set()).discard(w)
+        if w.index is None:
+            self._watchers.get(w.resource, set()).discard(w)
+            return
+        by_value = self._indexed.get(w.resource, {}).get(w.index[0], {})
+        ws = by_value.get(w.index[1])
+        if ws is not None:
+            ws.discard(w)
+            if not ws:
+                del by_value[w.index[1]]
 
     def watchers(self, resource: str) -> list[Watcher]:
         """The live watchers of ``resource`` (for tests and diagnostics)."""
-        return list(self._watchers.get(resource, ()))
+        return [*self._watchers.get(resource, ()),
+                *(w for by_value in self._indexed.get(resource, {}).values() for ws in by_value.values() for w in ws)]
