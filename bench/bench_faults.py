@@ -40,6 +40,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -54,6 +55,7 @@ if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
 import grpc  # noqa: E402
+from common import cpu_seconds, rss_bytes  # noqa: E402
 from cri_api.v1 import api_pb2 as pb  # noqa: E402
 from cri_api.v1 import api_pb2_grpc as pbg  # noqa: E402
 
@@ -435,6 +437,307 @@ async def drive(up: UpCluster, args: argparse.Namespace, results: list[Result]) 
             index += 1
 
 
+# ------------------------------------------------------------------ bad input at scale (fake CRI, no root)
+# `--scale`: the faults of issue 17 at 1,000 pods, on the fake runtime (see docs/faults.md):
+# a burst of creations and deletions on one agent, a watch client that never reads meanwhile, and a
+# node lost with its pods. Numbers are wall seconds on a shared machine (load average recorded) and
+# CPU-seconds of the server process.
+STALLED_UA = "bench-stalled-watcher/1.0"
+
+
+def loadavg() -> str:
+    return Path("/proc/loadavg").read_text().split(" 1")[0].strip()
+
+
+def bound_pod(name: str, node: str) -> Obj:
+    p = pod(name)
+    p["spec"]["nodeName"] = node
+    p["spec"]["automountServiceAccountToken"] = False  # no token volumes: nothing to mount
+    return p
+
+
+class LatencyProbe:
+    """GET one object every 100 ms; latencies in ms."""
+
+    def __init__(self, api: ApiClient, path: str) -> None:
+        self.api, self.path = api, path
+        self.ms: list[float] = []
+        self.errors = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> LatencyProbe:
+        self._task = asyncio.create_task(self._loop())
+        return self
+
+    async def _loop(self) -> None:
+        while True:
+            t = time.monotonic()
+            try:
+                await self.api.request("GET", self.path, timeout=30)
+                self.ms.append((time.monotonic() - t) * 1000)
+            except Exception:
+                self.errors += 1
+            await asyncio.sleep(0.1)
+
+    async def stop(self) -> dict[str, float]:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        ms = sorted(self.ms) or [0.0]
+        return {"gets": len(self.ms), "errors": self.errors, "median_ms": round(ms[len(ms) // 2], 1),
+                "p99_ms": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 1), "max_ms": round(ms[-1], 1)}
+
+
+class StalledWatch:
+    """A raw TLS pod watch with a 4 KiB receive buffer whose client never reads."""
+
+    def __init__(self, url: str, kubeconfig: Path) -> None:
+        import yaml
+
+        cfg = yaml.safe_load(kubeconfig.read_text())
+        self.token = str(cfg["users"][0]["user"]["token"])
+        host, port = url.removeprefix("https://").split(":")
+        self.addr = (host, int(port))
+        self.sock: ssl.SSLSocket | None = None
+
+    def open(self) -> None:
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        raw.settimeout(10)
+        raw.connect(self.addr)
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # loopback, our own server: only the flow control matters here
+        self.sock = ctx.wrap_socket(raw)
+        self.sock.sendall((f"GET /api/v1/pods?watch=true HTTP/1.1\r\nHost: {self.addr[0]}\r\n"
+                           f"Authorization: Bearer {self.token}\r\nUser-Agent: {STALLED_UA}\r\n\r\n").encode())
+
+    def ended(self) -> bool:
+        """Did the server end the connection (EOF or reset) within 10 s of reading it out?"""
+        assert self.sock is not None
+        try:
+            while self.sock.recv(65536):
+                pass
+            return True
+        except (ConnectionResetError, ssl.SSLError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.close()
+
+
+async def wait_for(what: str, check: Callable[[], Awaitable[bool]], limit: float, t0: float) -> float:
+    """Poll every 0.5 s; seconds after ``t0`` when ``check`` first held."""
+    await until(what, check, limit)
+    return round(time.monotonic() - t0, 1)
+
+
+async def burst(api: ApiClient, url: str, kubeconfig: Path, sock: Path, server_pid: int, agent_pid: int,
+                n: int, server_log: Path) -> dict[str, Any]:
+    from pykubelet.cri import CRIClient
+
+    node = "burst"
+    names = [f"burst-{i:04d}" for i in range(n)]
+    kept = sorted(x for i, x in enumerate(names) if i % 4 == 0)
+    stalled = StalledWatch(url, kubeconfig)
+    await asyncio.to_thread(stalled.open)
+    probe = LatencyProbe(api, f"/api/v1/nodes/{node}").start()
+    cpu0 = {"server": cpu_seconds(server_pid), "agent": cpu_seconds(agent_pid)}
+    rss_max = 0
+    out: dict[str, Any] = {"loadavg_before": loadavg()}
+    cri = CRIClient(f"unix://{sock}")
+    t0 = time.monotonic()
+    sem = asyncio.Semaphore(32)
+
+    async def one(name: str) -> None:
+        nonlocal rss_max
+        async with sem:
+            await api.create(PODS, bound_pod(name, node))
+            if name not in kept:
+                await api.delete(f"{PODS}/{name}")
+            rss_max = max(rss_max, rss_bytes(server_pid))
+
+    try:
+        await asyncio.gather(*(one(x) for x in names))
+        out["requests_done_s"] = round(time.monotonic() - t0, 1)
+
+        async def settled() -> bool:
+            items = (await api.list(PODS))["items"]
+            return sorted(p["metadata"]["name"] for p in items) == kept and all(
+                (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+                for p in items)
+
+        out["api_settled_s"] = await wait_for("only the kept pods, Running", settled, 600, t0)
+
+        async def runtime_is(uids: set[str]) -> bool:
+            ready = {s.metadata.uid for s in await cri.list_pod_sandbox() if s.state == pb.SANDBOX_READY}
+            running = [c.labels.get("io.kubernetes.pod.uid", "") for c in await cri.list_containers()
+                       if c.state == pb.CONTAINER_RUNNING]
+            return ready == uids and sorted(running) == sorted(uids)
+
+        uids = {p["metadata"]["uid"] for p in (await api.list(PODS))["items"]}
+        out["runtime_settled_s"] = await wait_for("the runtime to run exactly the kept pods",
+                                                  lambda: runtime_is(uids), 300, t0)
+        out["getter"] = await probe.stop()
+        out["server_cpu_s"] = round(cpu_seconds(server_pid) - cpu0["server"], 1)
+        out["agent_cpu_s"] = round(cpu_seconds(agent_pid) - cpu0["agent"], 1)
+        out["server_rss_max_mb"] = round(rss_max / 2**20, 1)
+        out["stalled_watch_closed"] = await asyncio.to_thread(stalled.ended)
+        text = await asyncio.to_thread(server_log.read_text, errors="replace")
+        out["stalled_watch_logged"] = any("unresponsiveness" in line and STALLED_UA in line
+                                          for line in text.splitlines())
+        # then the kept pods go too: the node must end empty
+        t1 = time.monotonic()
+        await asyncio.gather(*(api.delete(f"{PODS}/{x}") for x in kept))
+
+        async def empty() -> bool:
+            return not (await api.list(PODS))["items"]
+
+        out["kept_deleted_api_s"] = await wait_for("no pods left", empty, 300, t1)
+        out["kept_deleted_runtime_s"] = await wait_for("no ready sandbox left", lambda: runtime_is(set()), 300, t1)
+        out["loadavg_after"] = loadavg()
+    finally:
+        await probe.stop()
+        stalled.close()
+        await cri.close()
+    return out
+
+
+async def node_loss(api: ApiClient, kubeconfig: Path, tmp: Path, server_pid: int, n: int, kept_n: int,
+                    toleration: int) -> dict[str, Any]:
+    from scale_common import spawn, stop_process
+
+    out: dict[str, Any] = {"loadavg_before": loadavg(), "toleration_s": toleration}
+
+    def hollow(prefix: str, max_pods: int) -> subprocess.Popen[bytes]:
+        return spawn([sys.executable, "-m", "pykubelet", "hollow", "--kubeconfig", str(kubeconfig), "--nodes", "1",
+                      "--name-prefix", prefix, "--max-pods", str(max_pods), "--pod-cidr",
+                      "198.19.0.0/16" if prefix == "lost-" else "198.18.128.0/17",
+                      "--data-dir", str(tmp / prefix)], tmp / f"{prefix}hollow.log")
+
+    lost_proc = hollow("lost-", n + 100)
+    kept_proc = hollow("kept-", kept_n + 100)
+    probe: LatencyProbe | None = None
+    try:
+        async def nodes_ready() -> bool:
+            items = (await api.list("/api/v1/nodes"))["items"]
+            return sum(1 for x in items if x["metadata"]["name"] in ("lost-0", "kept-0")
+                       and condition(x, "Ready") == "True") == 2
+
+        await until("the two hollow nodes Ready", nodes_ready, 120)
+        sem = asyncio.Semaphore(32)
+
+        async def one(name: str, node: str) -> None:
+            async with sem:
+                await api.create(PODS, bound_pod(name, node))
+
+        lost = [f"lost-{i:04d}" for i in range(n)]
+        kept = [f"kept-{i:03d}" for i in range(kept_n)]
+        await asyncio.gather(*(one(x, "lost-0") for x in lost), *(one(x, "kept-0") for x in kept))
+
+        async def all_running() -> bool:
+            items = (await api.list(PODS))["items"]
+            return sum(1 for p in items if condition(p, "Ready") == "True") == n + kept_n
+
+        await until("every pod Ready", all_running, 600)
+        probe = LatencyProbe(api, "/api/v1/nodes/kept-0").start()
+        cpu0 = cpu_seconds(server_pid)
+        violations: list[str] = []
+
+        async def kept_fine() -> None:  # the other node and its pods are never touched
+            node = await api.get("/api/v1/nodes/kept-0")
+            if condition(node, "Ready") != "True" or (node.get("spec") or {}).get("taints"):
+                violations.append("kept-0 not Ready or tainted")
+            items = (await api.list(PODS, params={"fieldSelector": "spec.nodeName=kept-0"}))["items"]
+            if len(items) != kept_n or any(condition(p, "Ready") != "True" for p in items):
+                violations.append("a kept pod gone or not Ready")
+
+        t0 = time.monotonic()
+        lost_proc.kill()  # the agent is gone, no goodbye
+        await asyncio.to_thread(lost_proc.wait, 30)
+        log("lost-0's agent killed (SIGKILL)")
+
+        async def lost_pods() -> list[Obj]:
+            await kept_fine()
+            return list((await api.list(PODS, params={"fieldSelector": "spec.nodeName=lost-0"}))["items"])
+
+        async def tainted() -> bool:
+            node = await api.get("/api/v1/nodes/lost-0")
+            taints = {(t.get("key"), t.get("effect")) for t in (node.get("spec") or {}).get("taints") or []}
+            return ("node.kubernetes.io/unreachable", "NoExecute") in taints
+
+        out["unreachable_taint_s"] = await wait_for("the unreachable taint", tainted, 300, t0)
+
+        async def all_not_ready() -> bool:
+            return all(condition(p, "Ready") == "False" for p in await lost_pods())
+
+        out["all_pods_not_ready_s"] = await wait_for("every lost pod Ready=False", all_not_ready, 300, t0)
+
+        async def all_evicted() -> bool:
+            return all(p["metadata"].get("deletionTimestamp") for p in await lost_pods())
+
+        out["all_pods_evicted_s"] = await wait_for("every lost pod evicted (Terminating)", all_evicted, 600, t0)
+        t1 = time.monotonic()
+        await api.delete("/api/v1/nodes/lost-0")
+
+        async def collected() -> bool:
+            return not await lost_pods()
+
+        out["node_deleted_pods_gone_s"] = await wait_for("pod GC to delete the lost pods", collected, 600, t1)
+        await kept_fine()
+        out["server_cpu_s"] = round(cpu_seconds(server_pid) - cpu0, 1)
+        out["getter"] = await probe.stop()
+        out["kept_node_violations"] = sorted(set(violations))
+        out["loadavg_after"] = loadavg()
+    finally:
+        if probe is not None:
+            await probe.stop()
+        await stop_process(lost_proc, "lost hollow node")
+        await stop_process(kept_proc, "kept hollow node")
+    return out
+
+
+async def scale_faults(args: argparse.Namespace) -> dict[str, Any]:
+    from scale_common import ControlPlane, start_fakecri, stop_process, unmount_under
+
+    tmp = Path(tempfile.mkdtemp(prefix="pkfs-", dir="/tmp"))
+    cp = ControlPlane(tmp / "data", extra=[
+        "--default-unreachable-toleration-seconds", str(args.toleration),
+        "--default-not-ready-toleration-seconds", str(args.toleration)])
+    result: dict[str, Any] = {"pods": args.scale_pods}
+    fake = agent = None
+    try:
+        fake = await start_fakecri(tmp / "fake.sock", tmp / "fakecri.log")
+        api = await cp.start()
+        if "burst" in args.scenarios:
+            agent = await cp.start_agent(f"unix://{tmp / 'fake.sock'}", "burst",
+                                         [f"--max-pods={args.scale_pods + 100}", "--cgroups-per-qos=false"])
+            result["burst"] = await burst(api, cp.url, cp.kubeconfig, tmp / "fake.sock", cp.pid, agent.pid,
+                                          args.scale_pods, cp.data_dir / "server.log")
+            log(f"burst: {result['burst']}")
+            await stop_process(agent, "agent")
+            agent = None
+        if "node-loss" in args.scenarios:
+            result["node_loss"] = await node_loss(api, cp.kubeconfig, tmp, cp.pid, args.scale_pods, 50,
+                                                  args.toleration)
+            log(f"node loss: {result['node_loss']}")
+    finally:
+        await stop_process(agent, "agent")
+        await cp.stop()
+        await stop_process(fake, "fakecri")
+        await asyncio.to_thread(unmount_under, tmp)
+        if args.keep:
+            log(f"data dir and logs kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pods", type=int, default=30, help="load pods running during the faults (default 30)")
@@ -445,7 +748,25 @@ def main(argv: list[str] | None = None) -> int:
                    "the worst time of the runs and the sum of restarts and leftovers (default 1)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--keep", action="store_true", help="keep the data dir (logs) afterwards")
+    p.add_argument("--scale", action="store_true",
+                   help="instead: the faults at scale on the fake runtime (no root): a burst of pod creations and "
+                        "deletions with a watch client that never reads, then a node lost with its pods")
+    p.add_argument("--scale-pods", type=int, default=1000, help="pods of the --scale scenarios (default 1000)")
+    p.add_argument("--scenario", dest="scenarios", action="append", choices=["burst", "node-loss"],
+                   help="--scale: run only these (repeatable)")
+    p.add_argument("--toleration", type=int, default=30, help="--scale: the server's default not-ready/"
+                   "unreachable tolerationSeconds (upstream 300; default 30 to keep the run short)")
     args = p.parse_args(argv)
+    if args.scale:
+        args.scenarios = args.scenarios or ["burst", "node-loss"]
+        r = asyncio.run(scale_faults(args))
+        print(json.dumps(r, indent=2))
+        if args.json:
+            Path(args.json).write_text(json.dumps(r, indent=2) + "\n")
+        b, nl = r.get("burst") or {}, r.get("node_loss") or {}
+        ok = ("burst" not in args.scenarios or "kept_deleted_runtime_s" in b) and (
+            "node-loss" not in args.scenarios or ("node_deleted_pods_gone_s" in nl and not nl["kept_node_violations"]))
+        return 0 if ok else 1
     if os.geteuid() != 0:
         print("bench_faults: needs root (a private containerd)", file=sys.stderr)
         return 1
