@@ -28,7 +28,10 @@ Upstream behaviour followed (pkg/controller/nodelifecycle, pkg/controller/tainte
   *ended*, every node gets a fresh grace period, as when the controller starts (upstream resets
   probe timestamps the same way when it leaves full-disruption mode).  A pass that is long because
   it works (marking or evicting the thousand pods of a lost node) is not a stall: counted from the
-  pass's start, it would hand every other silent node a fresh grace period;
+  pass's start, it would hand every other silent node a fresh grace period.  The per-pod writes of
+  a node (MarkPodsNotReady, evictions) go :data:`POD_WRITERS` at a time, like upstream's 8
+  node-update and taint-eviction workers, so a node with a thousand pods holds the pass up for
+  less;
 - taints follow conditions (TaintNodesByCondition + taint-based eviction): Ready=False ->
   node.kubernetes.io/not-ready NoSchedule+NoExecute, Ready=Unknown/absent ->
   node.kubernetes.io/unreachable NoSchedule+NoExecute (NoExecute carries timeAdded), pressure
@@ -50,7 +53,7 @@ import copy
 import json
 import logging
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -82,6 +85,7 @@ MANAGED_TAINT_KEYS = {
 WATCHED_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
 LEASE_NAMESPACE = "kube-node-lease"
 CONTROLLER_NAME = "node-controller"
+POD_WRITERS = 8  # per-pod API writes of one node in flight at once (upstream: 8 workers)
 
 
 def fmt_time(t: datetime) -> str:
@@ -282,6 +286,17 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+async def _bounded(writes: Iterable[Awaitable[bool]], limit: int = POD_WRITERS) -> list[bool]:
+    """Await ``writes`` with at most ``limit`` in flight; their results, in order."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(w: Awaitable[bool]) -> bool:
+        async with sem:
+            return await w
+
+    return list(await asyncio.gather(*(one(w) for w in writes)))
+
+
 class NodeLifecycleController:
     def __init__(
         self,
@@ -432,9 +447,7 @@ class NodeLifecycleController:
                 self._mark_retry.discard(name)
             return
         log.info("node %s is not ready (Ready=%s); marking its pods not ready", name, ready)
-        ok = True
-        for key, pod in self._pods_on(name):
-            ok = await self._mark_pod_not_ready(key, pod, now) and ok
+        ok = all(await _bounded(self._mark_pod_not_ready(key, pod, now) for key, pod in self._pods_on(name)))
         if ok:
             self._mark_retry.discard(name)
         else:
@@ -490,6 +503,7 @@ class NodeLifecycleController:
         taints = [t for t in _spec(node).get("taints") or [] if isinstance(t, dict)]
         if not any(t.get("effect") == "NoExecute" for t in taints):
             return  # only NoExecute taints evict
+        due = []
         for key, pod in self._pods_on(name):
             if key in self._evicting:
                 continue
@@ -498,25 +512,31 @@ class NodeLifecycleController:
             when = eviction_time(pod, taints, now)
             if when is None or when > now:
                 continue
-            ns, pname = key.split("/", 1)
             self._evicting.add(key)
-            log.info("evicting pod %s from node %s (NoExecute taint)", key, name)
-            cond = {
-                "type": "DisruptionTarget",
-                "status": "True",
-                "reason": "DeletionByTaintManager",
-                "message": "Taint manager: deleting due to NoExecute taint",
-                "lastTransitionTime": fmt_time(now),
-            }
-            with contextlib.suppress(Exception):
-                await self.api.patch(
-                    f"/api/v1/namespaces/{ns}/pods/{pname}/status", {"status": {"conditions": [cond]}}, "strategic"
-                )
-            try:
-                await self.api.delete(f"/api/v1/namespaces/{ns}/pods/{pname}")
-            except Exception:
-                self._evicting.discard(key)
-                log.warning("deleting %s failed", key, exc_info=True)
+            due.append(key)
+        await _bounded(self._evict_pod(key, name, now) for key in due)
+
+    async def _evict_pod(self, key: str, name: str, now: datetime) -> bool:
+        ns, pname = key.split("/", 1)
+        log.info("evicting pod %s from node %s (NoExecute taint)", key, name)
+        cond = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "DeletionByTaintManager",
+            "message": "Taint manager: deleting due to NoExecute taint",
+            "lastTransitionTime": fmt_time(now),
+        }
+        with contextlib.suppress(Exception):
+            await self.api.patch(
+                f"/api/v1/namespaces/{ns}/pods/{pname}/status", {"status": {"conditions": [cond]}}, "strategic"
+            )
+        try:
+            await self.api.delete(f"/api/v1/namespaces/{ns}/pods/{pname}")
+        except Exception:
+            self._evicting.discard(key)
+            log.warning("deleting %s failed", key, exc_info=True)
+            return False
+        return True
 
     # loops -------------------------------------------------------------------------------------
 
