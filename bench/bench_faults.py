@@ -28,6 +28,19 @@ from the API and from containerd, the load pods Ready. Columns:
 Everything started is stopped by PID and the host cleaned (`up`'s own shutdown, then
 ``PrivateContainerd.cleanup`` in case `up` died). Needs root, containerd, runc and the CNI plugins.
 Uses bridge ``pkfault0``, pods in ``198.18.202.0/24`` and pod cgroups under ``/pykubelet-faults``.
+
+``--scale`` runs, instead, bad input at scale on the fake runtime (no root, no containerd;
+``pykubelet server``, ``pykubelet fakecri``, ``pykubelet agent`` and ``pykubelet hollow`` as processes):
+
+- *burst*: ``--scale-pods`` (1,000) pods bound to one agent are created, 32 requests in flight, and
+  three of four deleted right after their create, while a raw TLS pod watch with a 4 KiB receive
+  buffer never reads and a GET every 100 ms records the API's latency: seconds until the API holds
+  exactly the kept pods (Running, none Terminating) and the runtime runs exactly those, server and
+  agent CPU-seconds, server max RSS, whether the stalled watch was closed and logged;
+- *node loss*: two hollow nodes, ``--scale-pods`` pods on ``lost-0`` and 50 on ``kept-0``; ``lost-0``'s
+  process is killed: seconds until the unreachable taint, every pod Ready=False, every pod evicted;
+  then the Node is deleted: seconds until pod GC deleted them; ``kept-0`` is checked untouched on
+  every poll. ``--toleration`` sets the server's default tolerationSeconds (30; upstream 300).
 """
 
 from __future__ import annotations
