@@ -23,8 +23,8 @@ from pykubelet.server.main import ServerHandle, build_parser, run_server, server
 from .conftest import Http, eventually
 from .test_controllers import LEASES, FakeKubelet, manifest
 
-LOST_PODS = 50
-KEPT_PODS = 10
+LOST_PODS = 30
+KEPT_PODS = 5
 PODS = "/api/v1/namespaces/default/pods"
 UNREACHABLE = ("node.kubernetes.io/unreachable", "NoExecute")
 

@@ -27,7 +27,7 @@ from tests.builders import container, pod
 
 from .conftest import eventually
 
-PODS = 60
+PODS = 40
 NODE = "burst-node"
 PATH = "/api/v1/namespaces/default/pods"
 

@@ -26,8 +26,8 @@ from tests.builders import pod
 from tests.integration.server.conftest import Http, eventually
 
 LIMIT = 50
-PODS = 300
-BIG = "x" * 32 * 1024  # 32 KiB of annotation per pod: 300 pods overfill any socket buffer
+PODS = 200
+BIG = "x" * 48 * 1024  # 48 KiB of annotation per pod: 200 pods overfill any socket buffer
 
 
 @pytest.fixture
