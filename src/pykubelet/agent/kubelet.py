@@ -39,7 +39,7 @@ from pathlib import Path
 from pykubelet.agent import metrics
 from pykubelet.agent.admission import AdmissionChain, MaxPodsAdmitHandler, ValidPodAdmitHandler
 from pykubelet.agent.admission_security import AppArmorAdmitHandler, SysctlAdmitHandler
-from pykubelet.agent.cm.admission import PredicateAdmitHandler
+from pykubelet.agent.cm.admission import NodeAdmitAttributes, NodeUsage, PredicateAdmitHandler
 from pykubelet.agent.cm.cgroups import milli_cpu_to_quota
 from pykubelet.agent.cm.checks import enforce_node_allocatable, reserved_amounts, run_startup_checks
 from pykubelet.agent.cm.cpumanager import CPUManager
@@ -166,6 +166,10 @@ class Kubelet:
             refresh=self.pleg.update_pod,
         )
         self.pod_workers = PodWorkers(self.syncer)
+        # what the admitted, non-terminated pods take from the node, kept as they come and go
+        # (admission reads it instead of summing every other pod for each new one)
+        self.node_usage = NodeUsage()
+        self.pod_workers.on_terminating = self._sync_usage
         self.housekeeping = Housekeeping(pods=self.pod_manager, workers=self.pod_workers,
                                          runtime=self.runtime_manager, cache=self.cache,
                                          on_pod_forgotten=[self.status_manager.forget, self.syncer.forget])
@@ -178,6 +182,7 @@ class Kubelet:
                                    directory_step(remove_pod_log_dirs, Path(cfg.pod_logs_dir)))
         self.housekeeping.add_step("container log links", log_links_step(self.runtime_manager.containers_log_dir))
         self.housekeeping.add_step("back-off entries", self._gc_backoff)
+        self.housekeeping.add_step("node usage recount", self._recount_usage)
         # node-wide container GC (upstream kuberuntime_gc.go) and image GC (images/image_gc_manager.go)
         self.container_gc = ContainerGC(
             runtime, ContainerGCPolicy(options.minimum_container_ttl_duration,
@@ -423,6 +428,12 @@ class Kubelet:
 
     def _handle_pod(self, op: PodOp, pod: Pod) -> None:
         uid = pod_uid(pod)
+        try:
+            self._apply_pod(op, uid, pod)
+        finally:
+            self._sync_usage(uid)
+
+    def _apply_pod(self, op: PodOp, uid: str, pod: Pod) -> None:
         known = uid in self.pod_manager
         if op in (PodOp.ADD, PodOp.UPDATE, PodOp.DELETE) and not known:
             self._admit(pod)
@@ -466,9 +477,8 @@ class Kubelet:
         if podutil.is_terminal(pod) or self.pod_workers.get(uid) is not None:
             result = ValidPodAdmitHandler().admit(PodAdmitAttributes(pod, []))
         else:
-            others = [p for u, p in self.pod_manager.active()
-                      if u != uid and not podutil.is_terminal(p) and not self.pod_workers.is_terminating(u)]
-            result = self.admission.admit(PodAdmitAttributes(pod, others))
+            self.node_usage.discard(uid)  # never counted against itself
+            result = self.admission.admit(NodeAdmitAttributes(pod, self.node_usage.pods(), self.node_usage))
         if not result.admit:
             self._reject(pod, result.reason, result.message)
             return
@@ -522,6 +532,27 @@ class Kubelet:
 
     async def _cleanup_probes(self, ctx: HousekeepingContext) -> None:
         self.probes.cleanup_pods(u for u in ctx.desired if not self.pod_workers.is_terminated(u))
+
+    def _counts_for_admission(self, uid: str, pod: Pod | None) -> bool:
+        """Upstream ``filterOutInactivePods`` as admission sees it: admitted, not terminal, not terminating."""
+        return (pod is not None and not self.pod_manager.is_rejected(uid) and not podutil.is_terminal(pod)
+                and not self.pod_workers.is_terminating(uid))
+
+    def _sync_usage(self, uid: str) -> None:
+        """One pod may have started or stopped counting against the node (or changed): update the sums."""
+        pod = self.pod_manager.get(uid)
+        if pod is not None and self._counts_for_admission(uid, pod):
+            self.node_usage.add(uid, pod)
+        else:
+            self.node_usage.discard(uid)
+
+    async def _recount_usage(self, ctx: HousekeepingContext) -> None:
+        """Consistency check of the incremental node usage: recount it from the admitted pods."""
+        counted = {u: p for u, p in self.pod_manager.active() if self._counts_for_admission(u, p)}
+        drift = self.node_usage.reconcile(counted)
+        if drift:
+            log.warning("node usage for admission was out of step for %d pod(s) (%s): recounted",
+                        len(drift), ", ".join(drift[:5]))
 
     async def _gc_backoff(self, ctx: HousekeepingContext) -> None:
         self.runtime_manager.backoff.gc()

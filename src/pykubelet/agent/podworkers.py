@@ -32,7 +32,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -120,6 +120,7 @@ class PodWorkers:
         self.max_retry_delay = max_retry_delay
         self._pods: dict[str, PodSyncStatus] = {}
         self._closed = False
+        self.on_terminating: Callable[[str], None] | None = None  # a pod's termination began
 
     # -- queries ---------------------------------------------------------------------------
     def known_uids(self) -> list[str]:
@@ -165,6 +166,7 @@ class PodWorkers:
             st.grace = grace
             if st.terminating_at is None:
                 st.terminating_at = time.monotonic()
+                self._terminating(uid)
         if st.pending is None or opts.update_type != SyncPodType.SYNC:
             st.pending = opts
         st.wake.set()
@@ -173,6 +175,11 @@ class PodWorkers:
             st.inflight.cancel()
         if st.task is None or st.task.done():
             st.task = asyncio.get_running_loop().create_task(self._worker(st), name=f"pod-worker-{uid}")
+
+    def _terminating(self, uid: str) -> None:
+        """Tell ``on_terminating`` (the kubelet's node usage) the pod stopped counting as active."""
+        if self.on_terminating is not None:
+            self.on_terminating(uid)
 
     def _requeue(self, uid: str) -> None:
         st = self._pods.get(uid)
@@ -224,6 +231,7 @@ class PodWorkers:
                     metrics.POD_WORKER_DURATION.labels(opts.update_type.value).observe(time.monotonic() - t0)
                     if result.terminal and st.terminating_at is None:
                         st.terminating_at = time.monotonic()
+                        self._terminating(st.uid)
                         self._kick(st)
                     elif result.requeue_after is not None:
                         self._schedule(st, result.requeue_after)

@@ -123,3 +123,38 @@ async def test_memory_pressure_evicts_the_best_effort_pod_and_stops_its_containe
     await harness.add(late)
     st = await eventually(lambda: harness.status(late).get("phase") == "Failed" and harness.status(late))
     assert (st["reason"], st["message"]) == ("Evicted", "The node had condition: [MemoryPressure]. ")
+
+
+async def test_admitted_pods_count_against_the_node_until_they_finish_or_go_and_rejected_ones_never(
+        harness: Harness) -> None:
+    api_node = builders.node("node1", allocatable={"cpu": "1", "memory": "4Gi", "pods": "110"})
+    harness.kubelet.node_source = lambda: api_node
+
+    def cpu_pod(name: str, cpu: str, command: list[str] | None = None, **fields: Any) -> JSON:
+        return node_pod(name, containers=[container("c", "busybox:latest", requests={"cpu": cpu},
+                                                    command=command or ["sleep", "infinity"])], **fields)
+
+    def phase(p: JSON) -> str:
+        return str(harness.status(p).get("phase"))
+
+    short = cpu_pod("short", "600m", ["sh", "-c", "sleep 1"], restartPolicy="Never")
+    await harness.add(short)
+    await eventually(lambda: phase(short) == "Running")
+    too_big, small = cpu_pod("too-big", "600m"), cpu_pod("small", "300m")
+    await harness.add(too_big, small)  # in arrival order: too-big is refused, small still fits
+    st = await eventually(lambda: phase(too_big) == "Failed" and harness.status(too_big))
+    assert (st["reason"], st["message"]) == (
+        "OutOfcpu", "Node didn't have enough resource: cpu, requested: 600, used: 600, capacity: 1000")
+    await eventually(lambda: phase(small) == "Running")
+    await eventually(lambda: phase(short) == "Succeeded", timeout=15)
+    after = cpu_pod("after", "600m")  # short's 600m is free again; the refused pod never counted
+    await harness.add(after)
+    await eventually(lambda: phase(after) == "Running")
+    late = cpu_pod("late", "300m")
+    await harness.add(late)
+    st = await eventually(lambda: phase(late) == "Failed" and harness.status(late))
+    assert st["message"] == "Node didn't have enough resource: cpu, requested: 300, used: 900, capacity: 1000"
+    await harness.updates.put(PodUpdate(PodOp.REMOVE, "api", [copy.deepcopy(small)]))
+    again = cpu_pod("again", "300m")  # small was removed: its 300m is free
+    await harness.add(again)
+    await eventually(lambda: phase(again) == "Running")

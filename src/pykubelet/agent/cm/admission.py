@@ -17,11 +17,21 @@ Upstream behaviour followed (``generalFilter`` / ``scheduler.AdmissionCheck``), 
 - taints: only ``NoExecute`` taints matter to the kubelet, and static pods are exempt; reason
   ``TaintToleration``, message "Predicate TaintToleration failed: node(s) had taints that the pod
   didn't tolerate".
+
+Cost: the pods already admitted are summed once, not once per new pod. ``NodeUsage`` keeps the
+summed requests, the count and the host ports of the admitted, non-terminated pods up to date as
+pods are admitted, change, terminate or go (the kubelet tells it); admission reads the sums, so a
+1,000-pod start is O(n), not O(n²). Decimal sums are exact, so adding and removing in any order gives
+the same totals as summing afresh; ``reconcile`` (run by housekeeping) recounts from the pods as a
+consistency check. ``NodeAdmitAttributes`` hands the handler the aggregate together with the pods it
+was built from; called with plain ``PodAdmitAttributes`` the handler sums ``other_pods`` as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -92,12 +102,17 @@ def _cached_requests(pod: Obj) -> dict[str, Decimal]:
 
 
 def check_resources(pod: Obj, node: Obj, others: list[Obj]) -> PodAdmitResult:
-    alloc = _quantities((node.get("status") or {}).get("allocatable"))
-    want = pod_requests_with_overhead(pod)
     used: dict[str, Decimal] = {}
     for o in others:
         for k, v in _cached_requests(o).items():
             used[k] = used.get(k, Decimal(0)) + v
+    return check_requests(pod, node, used)
+
+
+def check_requests(pod: Obj, node: Obj, used: Mapping[str, Decimal]) -> PodAdmitResult:
+    """The resources predicate against the summed requests ``used`` of the pods already admitted."""
+    alloc = _quantities((node.get("status") or {}).get("allocatable"))
+    want = pod_requests_with_overhead(pod)
     names = [n for n in NATIVE if n in want] + sorted(n for n in want if n not in NATIVE and n != "pods")
     for name in names:
         req = want[name]
@@ -116,9 +131,138 @@ def check_resources(pod: Obj, node: Obj, others: list[Obj]) -> PodAdmitResult:
     return ADMIT
 
 
+HostPort = tuple[str, str, int]  # (hostIP, protocol, port), as ``nodepredicates.host_ports``
+
+
+@dataclass
+class _Usage:
+    pod: Obj
+    resource_version: str
+    requests: dict[str, Decimal]
+    ports: list[HostPort]
+
+
+@dataclass
+class NodeUsage:
+    """What the admitted, non-terminated pods take from the node, kept up to date incrementally.
+
+    ``add`` a pod when it is admitted or changes while it counts, ``discard`` it when it is rejected,
+    terminal, terminating or gone; reads are O(1) (``requested``, ``len``) or O(host ports of the new
+    pod) (``ports_conflict``). Pure bookkeeping: deciding *whether* a pod counts is the kubelet's.
+    """
+
+    _pods: dict[str, _Usage] = field(default_factory=dict)
+    _requested: dict[str, Decimal] = field(default_factory=dict)
+    # (protocol, port) -> host IPs in use, with how many pods use each
+    _ports: dict[tuple[str, int], Counter[str]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._pods
+
+    def pods(self) -> list[Obj]:
+        """The counted pods (what ``PodAdmitAttributes.other_pods`` means)."""
+        return [u.pod for u in self._pods.values()]
+
+    def uids(self) -> set[str]:
+        return set(self._pods)
+
+    @property
+    def requested(self) -> Mapping[str, Decimal]:
+        """Summed requests (with overhead) of the counted pods."""
+        return self._requested
+
+    def add(self, uid: str, pod: Obj) -> None:
+        """Count ``pod`` (again): its requests are re-read unless its resourceVersion is unchanged."""
+        rv = str((pod.get("metadata") or {}).get("resourceVersion") or "")
+        old = self._pods.get(uid)
+        if old is not None:
+            if old.pod is pod or (rv and rv == old.resource_version):
+                old.pod = pod
+                return
+            self._remove(old)
+        entry = _Usage(pod, rv, pod_requests_with_overhead(pod), host_ports(pod))
+        self._pods[uid] = entry
+        for k, v in entry.requests.items():
+            self._requested[k] = self._requested.get(k, Decimal(0)) + v
+        for ip, proto, port in entry.ports:
+            self._ports.setdefault((proto, port), Counter())[ip] += 1
+
+    def discard(self, uid: str) -> None:
+        old = self._pods.pop(uid, None)
+        if old is not None:
+            self._remove(old)
+
+    def _remove(self, entry: _Usage) -> None:
+        for k, v in entry.requests.items():
+            left = self._requested.get(k, Decimal(0)) - v
+            if left:
+                self._requested[k] = left
+            else:
+                self._requested.pop(k, None)  # absent and zero read the same
+        for ip, proto, port in entry.ports:
+            ips = self._ports.get((proto, port))
+            if ips is None:
+                continue
+            ips[ip] -= 1
+            if ips[ip] <= 0:
+                del ips[ip]
+            if not ips:
+                del self._ports[(proto, port)]
+
+    def ports_conflict(self, ports: Iterable[HostPort]) -> bool:
+        """``nodepredicates.ports_conflict`` against the counted pods: same port and protocol, and the
+        same host IP or either 0.0.0.0."""
+        for ip, proto, port in ports:
+            used = self._ports.get((proto, port))
+            if used and (ip == "0.0.0.0" or ip in used or "0.0.0.0" in used):
+                return True
+        return False
+
+    def reconcile(self, counted: Mapping[str, Obj]) -> list[str]:
+        """Consistency check: make the aggregate exactly ``counted`` (uid -> pod), recounting the sums
+        from scratch; returns the uids that were out of step (empty when the bookkeeping was right)."""
+        drift = sorted(u for u in set(self._pods) ^ set(counted))
+        drift += sorted(u for u, p in counted.items() if u in self._pods and self._pods[u].pod is not p)
+        fresh = NodeUsage()
+        for uid, pod in counted.items():
+            old = self._pods.get(uid)
+            if old is not None and old.pod is pod:
+                fresh._pods[uid] = old
+                for k, v in old.requests.items():
+                    fresh._requested[k] = fresh._requested.get(k, Decimal(0)) + v
+                for ip, proto, port in old.ports:
+                    fresh._ports.setdefault((proto, port), Counter())[ip] += 1
+            else:
+                fresh.add(uid, pod)
+        self._pods, self._requested, self._ports = fresh._pods, fresh._requested, fresh._ports
+        return drift
+
+
+@dataclass(frozen=True)
+class NodeAdmitAttributes(PodAdmitAttributes):
+    """``PodAdmitAttributes`` with the aggregate of ``other_pods`` (built from the same ``NodeUsage``)."""
+
+    usage: NodeUsage = field(default_factory=NodeUsage)
+
+
 def admit_on_node(pod: Obj, node: Obj, others: list[Obj]) -> PodAdmitResult:
     """The pure check: the first predicate the pod fails on ``node`` with ``others`` admitted."""
-    result = check_resources(pod, node, others)
+    return _admit_on_node(pod, node, lambda: check_resources(pod, node, others),
+                          lambda: ports_conflict(pod, others))
+
+
+def admit_on_node_usage(pod: Obj, node: Obj, usage: NodeUsage) -> PodAdmitResult:
+    """``admit_on_node`` with the admitted pods given as their aggregate (same decisions, O(1) in them)."""
+    return _admit_on_node(pod, node, lambda: check_requests(pod, node, usage.requested),
+                          lambda: usage.ports_conflict(host_ports(pod)))
+
+
+def _admit_on_node(pod: Obj, node: Obj, resources: Callable[[], PodAdmitResult],
+                   conflict: Callable[[], bool]) -> PodAdmitResult:
+    result = resources()
     if not result.admit:
         return result
     if not matches_node_affinity(pod, node):
@@ -126,7 +270,7 @@ def admit_on_node(pod: Obj, node: Obj, others: list[Obj]) -> PodAdmitResult:
     want = (pod.get("spec") or {}).get("nodeName")
     if want and want != (node.get("metadata") or {}).get("name"):
         return _predicate("NodeName", "node(s) didn't match the requested node name")
-    if host_ports(pod) and ports_conflict(pod, others):
+    if host_ports(pod) and conflict():
         return _predicate("NodePorts", "node(s) didn't have free ports for the requested pod ports")
     if not podutil.is_static_pod(pod):
         taints = (node.get("spec") or {}).get("taints") or []
@@ -137,7 +281,8 @@ def admit_on_node(pod: Obj, node: Obj, others: list[Obj]) -> PodAdmitResult:
 
 
 class PredicateAdmitHandler:
-    """``PodAdmitHandler`` running ``admit_on_node`` against the node ``get_node`` returns."""
+    """``PodAdmitHandler`` running ``admit_on_node`` against the node ``get_node`` returns (with the
+    aggregate when the kubelet passes ``NodeAdmitAttributes``)."""
 
     def __init__(self, get_node: NodeGetter) -> None:
         self.get_node = get_node
@@ -146,4 +291,6 @@ class PredicateAdmitHandler:
         node = self.get_node()
         if node is None:
             return PodAdmitResult(False, "InvalidNodeInfo", "Kubelet cannot get node info.")
+        if isinstance(attrs, NodeAdmitAttributes):
+            return admit_on_node_usage(attrs.pod, node, attrs.usage)
         return admit_on_node(attrs.pod, node, attrs.other_pods)
