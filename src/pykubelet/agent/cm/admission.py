@@ -152,6 +152,7 @@ class NodeUsage:
     """
 
     _pods: dict[str, _Usage] = field(default_factory=dict)
+    _objs: dict[str, Obj] = field(default_factory=dict)  # uid -> pod, for ``pods()``
     _requested: dict[str, Decimal] = field(default_factory=dict)
     # (protocol, port) -> host IPs in use, with how many pods use each
     _ports: dict[tuple[str, int], Counter[str]] = field(default_factory=dict)
@@ -164,7 +165,7 @@ class NodeUsage:
 
     def pods(self) -> list[Obj]:
         """The counted pods (what ``PodAdmitAttributes.other_pods`` means)."""
-        return [u.pod for u in self._pods.values()]
+        return list(self._objs.values())
 
     def uids(self) -> set[str]:
         return set(self._pods)
@@ -180,11 +181,12 @@ class NodeUsage:
         old = self._pods.get(uid)
         if old is not None:
             if old.pod is pod or (rv and rv == old.resource_version):
-                old.pod = pod
+                old.pod = self._objs[uid] = pod
                 return
             self._remove(old)
         entry = _Usage(pod, rv, pod_requests_with_overhead(pod), host_ports(pod))
         self._pods[uid] = entry
+        self._objs[uid] = pod
         for k, v in entry.requests.items():
             self._requested[k] = self._requested.get(k, Decimal(0)) + v
         for ip, proto, port in entry.ports:
@@ -193,6 +195,7 @@ class NodeUsage:
     def discard(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
         if old is not None:
+            del self._objs[uid]
             self._remove(old)
 
     def _remove(self, entry: _Usage) -> None:
@@ -230,14 +233,15 @@ class NodeUsage:
         for uid, pod in counted.items():
             old = self._pods.get(uid)
             if old is not None and old.pod is pod:
-                fresh._pods[uid] = old
+                fresh._pods[uid], fresh._objs[uid] = old, pod
                 for k, v in old.requests.items():
                     fresh._requested[k] = fresh._requested.get(k, Decimal(0)) + v
                 for ip, proto, port in old.ports:
                     fresh._ports.setdefault((proto, port), Counter())[ip] += 1
             else:
                 fresh.add(uid, pod)
-        self._pods, self._requested, self._ports = fresh._pods, fresh._requested, fresh._ports
+        self._pods, self._objs = fresh._pods, fresh._objs
+        self._requested, self._ports = fresh._requested, fresh._ports
         return drift
 
 

@@ -109,4 +109,4 @@ def test_admissions_from_the_aggregate_match_summing_the_admitted_pods_through_a
             if rng.random() < 0.5 else [])])
         want = admit_on_node(cand, NODE, list(counted.values()))
         assert admit_on_node_usage(cand, NODE, usage) == want, step
-        assert len(usage) == len(counted)
+        assert sorted(p["metadata"]["uid"] for p in usage.pods()) == sorted(counted)
