@@ -18,7 +18,8 @@
   entries);
 - **volumes** (``volumemanager``): a pod's volumes are set up before its containers start (a pod hook),
   containers get their mounts from it, and it refreshes ConfigMap/Secret/downward API content;
-- **periodic resync** of every pod each ``syncFrequency`` and **container log rotation**.
+- **periodic resync** of every pod each ``syncFrequency`` (per pod worker, jittered as upstream) and
+  **container log rotation**.
 
 All state is rebuilt from the runtime (CRI labels/annotations) and the sources, so restarting the
 agent re-adopts running containers without restarting them: their spec hash matches and the
@@ -165,7 +166,8 @@ class Kubelet:
             probes=self.probes, recorder=recorder, mirror=mirror, host_ips=self.host_ips, hooks=self.pod_hooks,
             refresh=self.pleg.update_pod,
         )
-        self.pod_workers = PodWorkers(self.syncer)
+        # each worker resyncs its pod syncFrequency (+ up to 50 % jitter) after its last sync, as upstream
+        self.pod_workers = PodWorkers(self.syncer, resync_interval=lambda: max(1.0, self.config.sync_frequency))
         # what the admitted, non-terminated pods take from the node, kept as they come and go
         # (admission reads it instead of summing every other pod for each new one)
         self.node_usage = NodeUsage()
@@ -280,7 +282,6 @@ class Kubelet:
             run_every(self._update_runtime_state, RUNTIME_CHECK_PERIOD, name="kubelet-runtime-state", log=log),
             asyncio.get_running_loop().create_task(self._sync_loop(), name="kubelet-sync-loop"),
             run_every(self._housekeeping, self.housekeeping_period, name="kubelet-housekeeping", log=log),
-            run_every(self._resync, lambda: max(1.0, self.config.sync_frequency), name="kubelet-resync", log=log),
             run_every(self.image_gc.run_once, self.image_gc_period, name="kubelet-image-gc", log=log),
         ]
 
@@ -519,11 +520,6 @@ class Kubelet:
         if is_sync_pod_worthy(event):
             self._wake_pod(event.pod_uid)
 
-    async def _resync(self) -> None:
-        self._loop_active = time.monotonic()
-        for _, pod in self.pod_manager.active():
-            self.pod_workers.update_pod(UpdatePodOptions(SyncPodType.SYNC, pod))
-
     # ------------------------------------------------------------------ housekeeping
     async def _housekeeping(self) -> None:
         self._loop_active = time.monotonic()
@@ -531,7 +527,8 @@ class Kubelet:
             await self.housekeeping.run()
 
     async def _cleanup_probes(self, ctx: HousekeepingContext) -> None:
-        self.probes.cleanup_pods(u for u in ctx.desired if not self.pod_workers.is_terminated(u))
+        # set operations only: no Python work per pod that stays (the terminated pods are few)
+        self.probes.cleanup_pods(ctx.desired - self.pod_workers.finished_uids())
 
     def _counts_for_admission(self, uid: str, pod: Pod | None) -> bool:
         """Upstream ``filterOutInactivePods`` as admission sees it: admitted, not terminal, not terminating."""

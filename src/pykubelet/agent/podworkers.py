@@ -24,6 +24,13 @@ Lifecycle follows upstream's podSyncStatus state machine:
   housekeeping calls ``forget`` once the pod left the config.
 Errors are logged and the pod is retried with a capped back-off; ``requeue_after`` lets a sync ask to
 be run again later (e.g. when a CrashLoopBackOff delay expires).
+
+Periodic resync: like upstream's ``completeWork``, which re-enqueues each pod after a successful sync
+at ``wait.Jitter(resyncInterval, workerResyncIntervalJitterFactor=0.5)`` (a delay drawn uniformly from
+``[resync, 1.5 * resync)``), each worker schedules its own next sync ``resync_interval`` after its last
+one (an earlier ``requeue_after`` wins). Pods started together therefore drift apart within one sync
+period instead of all resyncing in one burst (1,000 pods at once starved the PLEG relist), and an
+idle pod costs one timer between syncs. Without ``resync_interval`` no periodic sync is scheduled.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import random
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -44,6 +52,13 @@ from pykubelet.common.aio import cancel_and_wait
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+RESYNC_JITTER_FACTOR = 0.5  # upstream workerResyncIntervalJitterFactor
+
+
+def jitter(duration: float, factor: float, rand: Callable[[], float] = random.random) -> float:
+    """Upstream ``wait.Jitter``: ``duration`` plus up to ``factor * duration``."""
+    return duration + rand() * factor * duration if factor > 0 else duration
 
 class SyncPodType(enum.StrEnum):
     """Why a pod is synced (upstream ``kubetypes.SyncPodType``)."""
@@ -115,10 +130,15 @@ class PodSyncStatus:
 
 
 class PodWorkers:
-    def __init__(self, syncer: PodSyncer, *, max_retry_delay: float = 10.0) -> None:
+    def __init__(self, syncer: PodSyncer, *, max_retry_delay: float = 10.0,
+                 resync_interval: float | Callable[[], float] | None = None,
+                 rand: Callable[[], float] = random.random) -> None:
         self.syncer = syncer
         self.max_retry_delay = max_retry_delay
+        self.resync_interval = resync_interval  # upstream syncFrequency; None: no periodic resync
+        self._rand = rand
         self._pods: dict[str, PodSyncStatus] = {}
+        self._finished: set[str] = set()  # terminated (finished) and not yet forgotten
         self._closed = False
         self.on_terminating: Callable[[str], None] | None = None  # a pod's termination began
 
@@ -132,6 +152,10 @@ class PodWorkers:
     def is_terminated(self, uid: str) -> bool:
         st = self._pods.get(uid)
         return st is not None and st.finished
+
+    def finished_uids(self) -> frozenset[str]:
+        """The terminated pods not yet forgotten (few: housekeeping forgets them within a pass)."""
+        return frozenset(self._finished)
 
     def is_terminating(self, uid: str) -> bool:
         """Terminating or terminated (asked for every admitted pod on each admission: kept cheap)."""
@@ -177,7 +201,12 @@ class PodWorkers:
             st.task = asyncio.get_running_loop().create_task(self._worker(st), name=f"pod-worker-{uid}")
 
     def _terminating(self, uid: str) -> None:
-        """Tell ``on_terminating`` (the kubelet's node usage) the pod stopped counting as active."""
+        """Tell ``on_terminating`` (the kubelet's node usage) the pod stopped counting as active; a
+        pending resync of the running pod is dropped (the termination runs at once)."""
+        st = self._pods.get(uid)
+        if st is not None and st.timer is not None:
+            st.timer.cancel()
+            st.timer = None
         if self.on_terminating is not None:
             self.on_terminating(uid)
 
@@ -193,8 +222,23 @@ class PodWorkers:
             st.timer.cancel()
         st.timer = asyncio.get_running_loop().call_later(delay, self._requeue, st.uid)
 
+    def next_resync_delay(self) -> float | None:
+        """A fresh jittered resync delay (upstream ``wait.Jitter(resyncInterval, 0.5)``)."""
+        r = self.resync_interval
+        if r is None:
+            return None
+        return jitter(float(r() if callable(r) else r), RESYNC_JITTER_FACTOR, self._rand)
+
+    def _schedule_next(self, st: PodSyncStatus, requeue_after: float | None) -> None:
+        """After a successful sync: the earlier of the sync's own requeue and the pod's next resync."""
+        resync = self.next_resync_delay()
+        delays = [d for d in (requeue_after, resync) if d is not None]
+        if delays:
+            self._schedule(st, min(delays))
+
     def forget(self, uid: str) -> None:
         st = self._pods.pop(uid, None)
+        self._finished.discard(uid)
         if st is not None:
             if st.timer is not None:
                 st.timer.cancel()
@@ -233,8 +277,8 @@ class PodWorkers:
                         st.terminating_at = time.monotonic()
                         self._terminating(st.uid)
                         self._kick(st)
-                    elif result.requeue_after is not None:
-                        self._schedule(st, result.requeue_after)
+                    else:
+                        self._schedule_next(st, result.requeue_after)
                 elif state is PodWorkerState.TERMINATING:
                     done = await self._run_cancellable(st, self._terminate(st))
                     if done is None:  # cancelled: run again with the shortened grace period
@@ -245,6 +289,8 @@ class PodWorkers:
                 else:
                     await self.syncer.sync_terminated_pod(st.pod)
                     st.finished = True
+                    if self._pods.get(st.uid) is st:
+                        self._finished.add(st.uid)
                 st.errors = 0
             except asyncio.CancelledError:
                 raise

@@ -170,3 +170,43 @@ async def test_requeue_after_syncs_that_pod_again() -> None:
     assert s.syncs_of("uid-b") == [1]
     assert s.update_types["uid-b"] == [SyncPodType.CREATE]
     await w.stop()
+
+
+async def test_an_idle_pod_is_synced_again_every_resync_interval() -> None:
+    s = Syncer()
+    w = PodWorkers(s, resync_interval=0.02)
+    w.update_pod(update(SyncPodType.CREATE, "a"))
+    await until(lambda: len(s.syncs_of("uid-a")) >= 3)
+    await w.stop()
+
+
+async def test_resyncs_of_1000_pods_started_together_are_spread_over_the_sync_period() -> None:
+    s = Syncer()
+    w = PodWorkers(s, resync_interval=100.0)
+    uids = [f"uid-p{i}" for i in range(1000)]
+    for i in range(1000):
+        w.update_pod(update(SyncPodType.CREATE, f"p{i}"))
+    await until(lambda: len(s.calls) == 1000 and idle(w, *uids))
+    now = asyncio.get_running_loop().time()
+    delays = []
+    for u in uids:
+        st = w.get(u)
+        assert st is not None and st.timer is not None
+        delays.append(st.timer.when() - now)
+    # upstream wait.Jitter(syncFrequency, 0.5): each pod between 1x and 1.5x the period after its sync
+    assert all(99.0 <= d <= 150.0 for d in delays)
+    per_tenth = [sum(1 for d in delays if 100 + 5 * k <= d < 105 + 5 * k) for k in range(10)]
+    assert max(per_tenth) < 200, per_tenth  # ~100 per tenth of the window, never one burst
+    await w.stop()
+
+
+async def test_a_terminating_pod_gets_no_periodic_resync() -> None:
+    s = Syncer()
+    w = PodWorkers(s, resync_interval=100.0)
+    w.update_pod(update(SyncPodType.CREATE, "a"))
+    await until(lambda: idle(w, "uid-a") and bool(s.syncs_of("uid-a")))
+    w.update_pod(update(SyncPodType.KILL, "a"))
+    await until(lambda: s.done.is_set())
+    st = w.get("uid-a")
+    assert st is not None and st.timer is None
+    await w.stop()

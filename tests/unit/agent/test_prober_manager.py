@@ -296,3 +296,16 @@ async def test_new_container_wakes_worker() -> None:
             await woke.wait()
             woke.clear()
     await m.stop()
+
+
+async def test_cleanup_keeps_only_the_workers_of_desired_pods_given_a_set_or_any_iterable(env: Any) -> None:
+    m, _stub, _rec, _clock, _ = env
+    for uid in ("a", "b", "c"):
+        m.add_pod(probed_pod(uid, readinessProbe={}) if uid != "c" else pod("c", uid="c"))
+    m.cleanup_pods(frozenset({"a", "b", "x"}) - frozenset({"b"}))  # b: its worker terminated
+    assert {w.uid for w in m.workers()} == {"a"}
+    m.update_pod_status(pod("c", uid="c"), {}, "ip")
+    m.cleanup_pods(u for u in ["a"])
+    assert {w.uid for w in m.workers()} == {"a"}
+    m.cleanup_pods(set())
+    assert m.workers() == []

@@ -262,6 +262,7 @@ class ProbeManager:
         self.prober = Prober(runtime)
         self._pods: dict[str, _PodInfo] = {}
         self._workers: dict[tuple[str, str, ProbeType], Worker] = {}
+        self._pod_workers: dict[str, set[tuple[str, str, ProbeType]]] = {}  # uid → its worker keys
         self._results: dict[ProbeType, dict[str, Result]] = {t: {} for t in ProbeType}
 
     # -- pod lifecycle -----------------------------------------------------------------------
@@ -283,6 +284,7 @@ class ProbeManager:
                     continue
                 w = Worker(self, uid, c, t, spec)
                 self._workers[w.key] = w
+                self._pod_workers.setdefault(uid, set()).add(w.key)
                 self._start(w)
 
     def update_pod_status(self, pod: dict[str, Any], container_statuses: ContainerStatuses, pod_ip: str) -> None:
@@ -300,15 +302,20 @@ class ProbeManager:
                         w.wake()
 
     def remove_pod(self, uid: str) -> None:
-        for key in [k for k in self._workers if k[0] == uid]:
-            self._stop_worker(self._workers[key])
+        for key in list(self._pod_workers.get(uid, ())):
+            w = self._workers.get(key)
+            if w is not None:
+                self._stop_worker(w)
+        self._pod_workers.pop(uid, None)
         self._pods.pop(uid, None)
 
     def cleanup_pods(self, desired_uids: Iterable[str]) -> None:
-        desired = set(desired_uids)
-        for uid in {k[0] for k in self._workers} | set(self._pods):
-            if uid not in desired:
-                self.remove_pod(uid)
+        """Remove the workers and state of every pod not in ``desired_uids`` (upstream ``CleanupPods``,
+        run by each housekeeping pass). Every pod with a worker has an entry in ``_pods``, so the pods
+        to remove are one set difference: no Python work per pod that stays."""
+        desired = desired_uids if isinstance(desired_uids, (set, frozenset)) else set(desired_uids)
+        for uid in self._pods.keys() - desired:
+            self.remove_pod(uid)
 
     async def stop(self) -> None:
         """Cancel every worker and close the HTTP session (agent shutdown)."""
@@ -399,8 +406,16 @@ class ProbeManager:
     def _remove_result(self, t: ProbeType, cid: str) -> None:
         self._results[t].pop(cid, None)
 
-    def _stop_worker(self, w: Worker) -> None:
+    def _forget_worker(self, w: Worker) -> None:
         self._workers.pop(w.key, None)
+        keys = self._pod_workers.get(w.uid)
+        if keys is not None:
+            keys.discard(w.key)
+            if not keys:
+                del self._pod_workers[w.uid]
+
+    def _stop_worker(self, w: Worker) -> None:
+        self._forget_worker(w)
         if w.state.container_id:
             self._remove_result(w.probe_type, w.state.container_id)
         if w.task is not None and not w.task.done():
@@ -408,7 +423,7 @@ class ProbeManager:
 
     def _worker_done(self, w: Worker) -> None:
         if self._workers.get(w.key) is w:
-            self._workers.pop(w.key, None)
+            self._forget_worker(w)
             if w.state.container_id:
                 self._remove_result(w.probe_type, w.state.container_id)
 
