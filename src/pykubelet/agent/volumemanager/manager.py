@@ -28,7 +28,15 @@ ConfigMaps and Secrets are read as ``configMapAndSecretChangeDetectionStrategy``
 (``objects``): with ``Watch`` (the kubelet's default) one watch per referenced object, released
 with the last pod's volumes; with ``Get``/``Cache`` a GET per read. A refresh pass rewrites nothing
 whose content is unchanged (``plugins.base.project``): a token younger than 80 % of its lifetime and
-an unchanged CA bundle cost no file I/O.
+an unchanged CA bundle cost no file I/O. And a pass computes nothing for a volume whose sources did
+not change since its last setup: each volume keeps the pod object it was made from and what it read
+(``objects.SourceReads``: the watch generation of each ConfigMap/Secret, the renewal time of its
+tokens), so a volume of the same pod object (labels and annotations unchanged: a metadata change
+arrives as a new pod object through ``prepare_pod``), with no watched object changed and no token due
+before the next round, is skipped without a read, a payload or a fingerprint — what upstream gets from
+its watch-based object cache and the token manager's expiry check. Anything read without a watch
+(``Get``/``Cache``, persistent volumes) is recomputed every round as before. ``refresh_counts`` says
+how many volumes the passes recomputed and skipped.
 
 ``mounts_for(pod, container, env)`` turns the container's ``volumeMounts`` into CRI mounts (``mounts``),
 passed to the runtime manager as a plain callable.
@@ -66,6 +74,7 @@ from pykubelet.agent.volumemanager.objects import (
     ChangeDetectionStrategy,
     ObjectApi,
     ObjectSource,
+    SourceReads,
     TokenManager,
 )
 from pykubelet.agent.volumemanager.plugins import find_plugin
@@ -169,6 +178,7 @@ class VolumeManager:
         self._touched: dict[str, float] = {}  # uid → wall time its last setup started
         self._teardown_pending: set[str] = set()
         self._task: asyncio.Task[None] | None = None
+        self.refresh_counts = {"recomputed": 0, "unchanged": 0}  # volumes, over all refresh passes
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -191,9 +201,34 @@ class VolumeManager:
             lock = self._locks[uid] = asyncio.Lock()
         return lock
 
-    def _context(self, pod: Pod, objects: ObjectSource) -> PodContext:
-        return PodContext(pod=pod, pods_dir=self.pods_dir, objects=objects, tokens=self.tokens,
-                          mounter=self.mounter, node_allocatable=self.node_allocatable)
+    def _context(self, pod: Pod, objects: ObjectSource, uid: str) -> PodContext:
+        """The context of one volume's setup, recording what it reads."""
+        reads = SourceReads()
+        return PodContext(pod=pod, pods_dir=self.pods_dir, objects=objects.for_pod(uid, reads), tokens=self.tokens,
+                          mounter=self.mounter, node_allocatable=self.node_allocatable, reads=reads)
+
+    async def _setup(self, pod: Pod, uid: str, objects: ObjectSource, volume: JSONObj,
+                     current: MountedVolume | None) -> MountedVolume:
+        ctx = self._context(pod, objects, uid)
+        mv = await find_plugin(volume).setup(ctx, volume, current)
+        mv.pod_seen, mv.reads = pod, ctx.reads
+        return mv
+
+    @staticmethod
+    def _unchanged(mv: MountedVolume, pod: Pod, watched: WatchedObjects | None, now: float) -> bool:
+        """Its setup would compute the same content (see the module docstring): made from this pod
+        object (or another copy of the same ``resourceVersion``, e.g. from a re-list), no watched
+        object changed, no token due."""
+        if mv.reads is None or not mv.reads.current(watched, now):
+            return False
+        seen = mv.pod_seen
+        if seen is pod:
+            return True
+        rv = (pod.get("metadata") or {}).get("resourceVersion")
+        if seen is None or not rv or (seen.get("metadata") or {}).get("resourceVersion") != rv:
+            return False
+        mv.pod_seen = pod
+        return True
 
     # ------------------------------------------------------------------ queries
     def mounted_volumes(self, uid: str) -> dict[str, MountedVolume]:
@@ -223,13 +258,12 @@ class VolumeManager:
             self._desired[uid] = pod
             self._touched[uid] = time.time()
             mounted = self._actual.setdefault(uid, {})
-            ctx = self._context(pod, self.objects.for_pod(uid))
             todo = [v for v in volumes if self._needs_setup(mounted.get(str(v.get("name", ""))), v, pod)]
 
             async def one(vol: JSONObj) -> tuple[str, MountError] | None:
                 name = str(vol.get("name", ""))
                 try:
-                    mounted[name] = await find_plugin(vol).setup(ctx, vol, mounted.get(name))
+                    mounted[name] = await self._setup(pod, uid, self.objects, vol, mounted.get(name))
                 except MountError as e:
                     return name, e
                 return None
@@ -307,20 +341,36 @@ class VolumeManager:
 
     # ------------------------------------------------------------------ refresh
     async def refresh(self) -> None:
-        """Set up again the volumes that follow a source; report emptyDirs over their sizeLimit."""
+        """Set up again the volumes whose sources changed; report emptyDirs over their sizeLimit."""
         objects = self.objects.snapshot()
+        counts = self.refresh_counts
         for uid in list(self._desired):
+            pod = self._desired.get(uid)
+            mounted = self._actual.get(uid)
+            if pod is None or mounted is None:
+                continue
+            # tokens due before the next round are renewed in this one (the token manager's lookahead)
+            now = self.tokens.clock() + self._refresh_period()
+            if all(mv.plugin not in REMOUNTED_PLUGINS or mv.state is VolumeState.RECONSTRUCTED
+                   or self._unchanged(mv, pod, self.watched, now) for mv in mounted.values()):
+                counts["unchanged"] += sum(1 for mv in mounted.values() if mv.plugin in REMOUNTED_PLUGINS)
+                if any(mv.size_limit for mv in mounted.values()):
+                    async with self._lock(uid):
+                        await self._check_size_limits(pod, mounted)
+                continue
             async with self._lock(uid):
                 pod = self._desired.get(uid)
-                mounted = self._actual.get(uid)
-                if pod is None or mounted is None:
+                if pod is None or self._actual.get(uid) is not mounted:
                     continue
-                ctx = self._context(pod, objects.for_pod(uid))
                 for name, mv in list(mounted.items()):
                     if mv.state is VolumeState.RECONSTRUCTED or mv.plugin not in REMOUNTED_PLUGINS:
                         continue
+                    if self._unchanged(mv, pod, self.watched, now):
+                        counts["unchanged"] += 1
+                        continue
+                    counts["recomputed"] += 1
                     try:
-                        mounted[name] = await find_plugin(mv.spec).setup(ctx, mv.spec, mv)
+                        mounted[name] = await self._setup(pod, uid, objects, mv.spec, mv)
                     except MountError as e:
                         self.recorder.event(pod, "Warning", FAILED_MOUNT, failure_message(name, e, [name]))
                 await self._check_size_limits(pod, mounted)

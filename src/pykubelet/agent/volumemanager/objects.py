@@ -25,6 +25,11 @@ Service-account tokens (``TokenManager``, upstream ``pkg/kubelet/token``): a pro
 audiences, lifetime, pod), and requested again before 80 % of its lifetime passed (or 24 h, upstream's
 ``requiresRefresh``): a refresh round renews it when 80 % would be reached before the next round
 (``lookahead``). Until a renewal succeeds the still-valid token keeps being used.
+
+``SourceReads`` records what one volume's content was made from, so a refresh round can tell, without
+reading or computing anything, that it would come out the same: the watched ConfigMaps/Secrets with
+their watch generation, whether anything was read without a watch (a GET: always recomputed), and
+when the earliest token it holds must be requested again.
 """
 
 from __future__ import annotations
@@ -32,14 +37,15 @@ from __future__ import annotations
 import calendar
 import enum
 import logging
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from pykubelet.agent.types import JSONObj
 from pykubelet.agent.volumemanager.types import MountError
-from pykubelet.agent.volumemanager.watchcache import WatchedObjects
+from pykubelet.agent.volumemanager.watchcache import Key, WatchedObjects
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +96,24 @@ PVC = _Kind("persistentvolumeclaim", "persistentvolumeclaims")
 PV = _Kind("persistentvolume", "persistentvolumes")
 
 
+@dataclass
+class SourceReads:
+    """What one volume's content was made from (see the module docstring)."""
+
+    objects: dict[Key, int | None] = field(default_factory=dict)  # watched object → its watch generation
+    volatile: bool = False  # something was read without a watch: recompute it every round
+    token_due: float = math.inf  # when the earliest of its tokens must be requested again
+
+    def current(self, watched: WatchedObjects | None, now: float) -> bool:
+        """The content would come out the same: no watched object changed and no token is due."""
+        if self.volatile or now >= self.token_due:
+            return False
+        if not self.objects:
+            return True
+        return watched is not None and all(g is not None and watched.generation(k) == g
+                                           for k, g in self.objects.items())
+
+
 class ChangeDetectionStrategy(enum.StrEnum):
     """Upstream ``ResourceChangeDetectionStrategy`` (``configMapAndSecretChangeDetectionStrategy``)."""
 
@@ -103,10 +127,11 @@ class ObjectSource:
     strategy is Watch; a snapshot shares GET answers within one round."""
 
     def __init__(self, api: ObjectApi | None, *, shared: bool = False, watched: WatchedObjects | None = None,
-                 ref: str = "") -> None:
+                 ref: str = "", reads: SourceReads | None = None) -> None:
         self.api = api
         self.watched = watched
         self.ref = ref
+        self.reads = reads
         self._shared = shared
         self._cache: dict[tuple[str, str, str], JSONObj | None] = {}
 
@@ -114,15 +139,19 @@ class ObjectSource:
         """A view whose answers are cached for its lifetime (one refresh round)."""
         return ObjectSource(self.api, shared=True, watched=self.watched)
 
-    def for_pod(self, uid: str) -> ObjectSource:
-        """The same source, reading (and referencing watched objects) on behalf of pod ``uid``."""
-        out = ObjectSource(self.api, shared=self._shared, watched=self.watched, ref=uid)
+    def for_pod(self, uid: str, reads: SourceReads | None = None) -> ObjectSource:
+        """The same source, reading (and referencing watched objects) on behalf of pod ``uid``,
+        recording what it read in ``reads``."""
+        out = ObjectSource(self.api, shared=self._shared, watched=self.watched, ref=uid, reads=reads)
         out._cache = self._cache
         return out
 
     async def _get(self, kind: _Kind, namespace: str, name: str) -> JSONObj | None:
         key = (kind.plural, namespace, name)
-        if self._shared and key in self._cache:
+        by_watch = self.watched is not None and kind in (CONFIGMAP, SECRET) and bool(namespace)
+        if self.reads is not None and not by_watch:
+            self.reads.volatile = True
+        if self._shared and not by_watch and key in self._cache:
             return self._cache[key]
         if self.api is None:
             raise MountError(f'cannot get {kind.singular} "{name}": the agent runs without an API server')
@@ -130,8 +159,11 @@ class ObjectSource:
                 else f"/api/v1/{kind.plural}/{name}")
         try:
             obj: JSONObj | None
-            if self.watched is not None and kind in (CONFIGMAP, SECRET) and namespace:
+            if by_watch:
+                assert self.watched is not None
                 obj = await self.watched.get(kind.plural, namespace, name, self.ref)
+                if self.reads is not None:  # no await since the read: the generation of that object
+                    self.reads.objects[key] = self.watched.generation(key)
             else:
                 obj = await self.api.get(path)
         except Exception as e:
@@ -142,7 +174,7 @@ class ObjectSource:
             obj = None
         if obj is not None and not isinstance(obj, dict):
             raise MountError(f'cannot get {kind.singular} "{name}": the API answered {type(obj).__name__}')
-        if self._shared:
+        if self._shared and not by_watch:  # the watch's store is the cache (and never staler)
             self._cache[key] = obj
         return obj
 
@@ -198,9 +230,11 @@ class Token:
 
     def requires_refresh(self, now: float) -> bool:
         """Upstream ``requiresRefresh``: older than 24 h, or 80 % of its lifetime gone."""
-        if now >= self.issued_at + MAX_TOKEN_TTL:
-            return True
-        return now >= self.issued_at + REFRESH_AT * (self.expires_at - self.issued_at)
+        return now >= self.refresh_at
+
+    @property
+    def refresh_at(self) -> float:
+        return min(self.issued_at + MAX_TOKEN_TTL, self.issued_at + REFRESH_AT * (self.expires_at - self.issued_at))
 
 
 TokenKey = tuple[str, str, tuple[str, ...], int, str]  # namespace, service account, audiences, ttl, pod uid
@@ -217,11 +251,15 @@ class TokenManager:
         self._tokens: dict[TokenKey, Token] = {}
 
     async def get(self, namespace: str, service_account: str, *, audiences: list[str], expiration: int,
-                  pod_name: str, pod_uid: str) -> str:
+                  pod_name: str, pod_uid: str, reads: SourceReads | None = None) -> str:
+        """The token; ``reads`` learns when the next round must request it again (at once when only
+        a renewal failed and the still-valid token is returned)."""
         key: TokenKey = (namespace, service_account, tuple(audiences), expiration, pod_uid)
         now = self.clock()
         cached = self._tokens.get(key)
         if cached is not None and not cached.requires_refresh(now + self.lookahead()):
+            if reads is not None:
+                reads.token_due = min(reads.token_due, cached.refresh_at)
             return cached.token
         try:
             fresh = await self._request(namespace, service_account, audiences, expiration, pod_name, pod_uid)
@@ -229,9 +267,13 @@ class TokenManager:
             if cached is not None and now < cached.expires_at:
                 log.warning("refreshing the token of %s/%s for pod %s failed, keeping the valid one: %s",
                             namespace, service_account, pod_name, e.message)
+                if reads is not None:
+                    reads.token_due = -math.inf  # retried by the next round
                 return cached.token
             raise
         self._tokens[key] = fresh
+        if reads is not None:
+            reads.token_due = min(reads.token_due, fresh.refresh_at)
         return fresh.token
 
     async def _request(self, namespace: str, service_account: str, audiences: list[str], expiration: int,

@@ -19,8 +19,12 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pykubelet.agent.types import JSONObj
+
+if TYPE_CHECKING:
+    from pykubelet.agent.volumemanager.objects import SourceReads
 
 
 class PluginName(enum.Enum):
@@ -97,6 +101,9 @@ class MountedVolume:
     metadata_seen: str = ""  # pod labels/annotations the downward API content was made from
     limit_reported: bool = False  # an over-sizeLimit warning was already recorded
     content: str = ""  # fingerprint of the projected files (plugins.base.project): unchanged → not rewritten
+    # what its content was made from (set by the manager): the pod object and the reads of its sources
+    pod_seen: JSONObj | None = field(default=None, repr=False, compare=False)
+    reads: SourceReads | None = field(default=None, repr=False, compare=False)
 
 
 def pod_dir(pods_dir: Path, uid: str) -> Path:

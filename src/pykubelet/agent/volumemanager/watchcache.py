@@ -17,6 +17,8 @@ GET per pod start and per refresh.
   dropped, so the next read tries again; a watch that breaks after the sync is re-listed with a capped
   back-off while the last known object keeps being served (as a reflector does).
 - ``release(ref)`` drops a pod's references (its volumes were torn down); ``stop()`` ends all watches.
+- ``generation(key)`` counts the objects an entry's store received (from a LIST or an event), so the volume manager recomputes a volume only when an object
+  it was made from changed (None once the entry is gone: recompute).
 
 Objects are matched by name on the client side as well, so an API that ignores the field selector
 still feeds each entry only its own object.
@@ -70,6 +72,15 @@ class _Entry:
     obj: JSONObj | None = None
     synced: asyncio.Future[None] | None = None  # resolved (or failed) by the first LIST
     task: asyncio.Task[None] | None = None
+    generation: int = 0  # bumped whenever ``obj`` becomes another object version
+
+    def store(self, obj: JSONObj | None) -> None:
+        """Every object the watch delivers counts as a change (a re-list after a broken watch costs
+        one recomputation; nothing is missed)."""
+        if obj is None and self.obj is None:
+            return
+        self.obj = obj
+        self.generation += 1
 
 
 class WatchedObjects:
@@ -106,6 +117,11 @@ class WatchedObjects:
             raise
         return entry.obj
 
+    def generation(self, key: Key) -> int | None:
+        """How many times the object of ``key`` changed since its watch started; None when unwatched."""
+        entry = self._entries.get(key)
+        return entry.generation if entry is not None else None
+
     def release(self, ref: str) -> None:
         """Drop ``ref``'s references; a watch nobody references any more stops."""
         for key, entry in list(self._entries.items()):
@@ -132,7 +148,7 @@ class WatchedObjects:
                     self.on_list(entry.key)
                 listed = await self.api.list(path, params)
                 items = [o for o in listed.get("items") or [] if isinstance(o, dict) and _name(o) == name]
-                entry.obj = items[0] if items else None
+                entry.store(items[0] if items else None)
                 md = listed.get("metadata")
                 rv = str(md.get("resourceVersion") or "") if isinstance(md, dict) else ""
                 if not entry.synced.done():
@@ -146,9 +162,9 @@ class WatchedObjects:
                         if etype == "BOOKMARK" or _name(obj) != name:
                             continue
                         if etype in ("ADDED", "MODIFIED"):
-                            entry.obj = obj
+                            entry.store(obj)
                         elif etype == "DELETED":
-                            entry.obj = None
+                            entry.store(None)
                     if asyncio.get_running_loop().time() - started < self.retry_initial:
                         await asyncio.sleep(self.retry_initial)  # never a hot loop on a server closing at once
             except asyncio.CancelledError:

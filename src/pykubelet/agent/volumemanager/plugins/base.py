@@ -32,7 +32,7 @@ from typing import Protocol
 from pykubelet.agent.types import JSONObj, Pod
 from pykubelet.agent.volumemanager import atomic_writer
 from pykubelet.agent.volumemanager.mounter import Mounter
-from pykubelet.agent.volumemanager.objects import ObjectSource, TokenManager
+from pykubelet.agent.volumemanager.objects import ObjectSource, SourceReads, TokenManager
 from pykubelet.agent.volumemanager.ownership import FSGroupChangePolicy, set_volume_ownership
 from pykubelet.agent.volumemanager.types import (
     Medium,
@@ -55,6 +55,7 @@ class PodContext:
     tokens: TokenManager
     mounter: Mounter
     node_allocatable: dict[str, Decimal] = field(default_factory=dict)
+    reads: SourceReads | None = None  # what the volume is made from (``objects`` records into it too)
 
     @property
     def uid(self) -> str:

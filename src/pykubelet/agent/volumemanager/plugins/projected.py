@@ -80,7 +80,7 @@ class ProjectedPlugin:
         audience = src.get("audience") or ""
         sa = str((ctx.pod.get("spec") or {}).get("serviceAccountName") or "default")
         token = await ctx.tokens.get(ctx.namespace, sa, audiences=[str(audience)] if audience else [],
-                                     expiration=exp, pod_name=ctx.name, pod_uid=ctx.uid)
+                                     expiration=exp, pod_name=ctx.name, pod_uid=ctx.uid, reads=ctx.reads)
         fs_user = ctx.fs_user
         mode = TOKEN_FILE_MODE if (fs_user is not None or ctx.fs_group is not None) else default_mode
         return {path: FileProjection(token.encode(), mode, fs_user)}
