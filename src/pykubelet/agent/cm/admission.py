@@ -225,10 +225,12 @@ class NodeUsage:
         return False
 
     def reconcile(self, counted: Mapping[str, Obj]) -> list[str]:
-        """Consistency check: make the aggregate exactly ``counted`` (uid -> pod), recounting the sums
-        from scratch; returns the uids that were out of step (empty when the bookkeeping was right)."""
-        drift = sorted(u for u in set(self._pods) ^ set(counted))
-        drift += sorted(u for u, p in counted.items() if u in self._pods and self._pods[u].pod is not p)
+        """Consistency check: returns the uids whose bookkeeping was out of step with ``counted``
+        (uid -> pod; empty when it was right), and then recounts the sums from those pods."""
+        drift = sorted(u for u in self._pods.keys() ^ counted.keys())
+        drift += sorted(u for u, p in counted.items() if u in self._objs and self._objs[u] is not p)
+        if not drift:
+            return drift  # Decimal sums are exact: the same pods give the same totals
         fresh = NodeUsage()
         for uid, pod in counted.items():
             old = self._pods.get(uid)
