@@ -153,3 +153,16 @@ def test_pods_from_the_api_share_their_repeated_strings() -> None:
     a, b = (p["spec"]["containers"][0] for p in src.store.values())
     assert a == b == {"name": "c1", "image": "busybox"}
     assert a["image"] is b["image"] and a["name"] is b["name"]
+
+
+def test_engine_pods_are_private_copies_sharing_only_managed_fields() -> None:
+    q: asyncio.Queue[PodUpdate] = asyncio.Queue()
+    src = ApiServerSource(None, "n1", PodConfig(q))  # type: ignore[arg-type]
+    raw = api_pod("a")
+    raw["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    src.apply_event("ADDED", raw)
+    handed = q.get_nowait().pods[0]
+    stored = src.store["uid-a"]
+    assert handed == {**stored, "metadata": handed["metadata"]}
+    assert handed["spec"] is not stored["spec"] and handed["status"] is not stored["status"]
+    assert handed["metadata"]["managedFields"] is stored["metadata"]["managedFields"]

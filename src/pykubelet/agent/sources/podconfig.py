@@ -17,7 +17,7 @@ Upstream behaviour followed (``PodConfig.merge`` / ``checkAndUpdatePod``):
 - the first SET from a source marks the source "seen" (``mark_source_ready``), so the kubelet does
   not clean up pods of a source it has not heard from yet.
 Pods handed to the engine are deep copies, so the engine never shares dicts with PodConfig or the
-sources. On the way in only what PodConfig writes is copied (the top-level dict, ``metadata`` and
+sources (except ``metadata.managedFields``, which the agent never touches: ``engine_copy``). On the way in only what PodConfig writes is copied (the top-level dict, ``metadata`` and
 ``annotations``); spec, status and the rest stay shared with the source's object. Sources never
 mutate a pod after handing it over (the API source replaces store entries per watch event, the file
 source hands out fresh copies); a deep copy of every pod made the state a third full copy of each
@@ -87,8 +87,16 @@ class Diff:
             (PodOp.RECONCILE, self.reconciles),
         ):
             if pods:
-                out.append(PodUpdate(op=op, source=source, pods=[copy.deepcopy(p) for p in pods]))
+                out.append(PodUpdate(op=op, source=source, pods=[engine_copy(p) for p in pods]))
         return out
+
+
+def engine_copy(pod: Pod) -> Pod:
+    """The deep copy handed to the engine, except ``metadata.managedFields``, which stays shared with
+    the source's object: the agent never reads or writes it (it is kept so that the kubelet's /pods
+    shows the pod as the API has it), and it is ~40 % of a pod's objects (1,000 pods: ~5 MB)."""
+    mf = (pod.get("metadata") or {}).get("managedFields")
+    return copy.deepcopy(pod, {id(mf): mf} if mf is not None else None)
 
 
 def _annotatable_copy(raw: Pod) -> Pod:
