@@ -17,7 +17,8 @@ Upstream behaviour followed (``PodConfig.merge`` / ``checkAndUpdatePod``):
 - the first SET from a source marks the source "seen" (``mark_source_ready``), so the kubelet does
   not clean up pods of a source it has not heard from yet.
 Pods handed to the engine are deep copies, so the engine never shares dicts with PodConfig or the
-sources (except ``metadata.managedFields``, which the agent never touches: ``engine_copy``). On the way in only what PodConfig writes is copied (the top-level dict, ``metadata`` and
+sources (except ``metadata.managedFields``, which the agent never touches: ``engine_copy``). On the
+way in only what PodConfig writes is copied (the top-level dict, ``metadata`` and
 ``annotations``); spec, status and the rest stay shared with the source's object. Sources never
 mutate a pod after handing it over (the API source replaces store entries per watch event, the file
 source hands out fresh copies); a deep copy of every pod made the state a third full copy of each
