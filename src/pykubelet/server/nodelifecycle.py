@@ -26,41 +26,47 @@ Upstream behaviour followed (pkg/controller/nodelifecycle, pkg/controller/tainte
   starved) cannot tell a silent kubelet from its own absence: the heartbeats queued meanwhile are
   still in flight.  When a pass starts more than ``stall_threshold`` after the previous one
   *ended*, every node gets a fresh grace period, as when the controller starts (upstream resets
-  probe timestamps the same way when it leaves full-disruption mode).  A pass that is long because
-  it works (marking or evicting the thousand pods of a lost node) is not a stall: counted from the
-  pass's start, it would hand every other silent node a fresh grace period.  The per-pod writes of
-  a node (MarkPodsNotReady, evictions) go :data:`POD_WRITERS` at a time, like upstream's 8
-  node-update and taint-eviction workers, so a node with a thousand pods holds the pass up for
-  less;
+  probe timestamps the same way when it leaves full-disruption mode);
+- the monitoring pass writes only nodes (conditions, taints): it is O(nodes) whatever the number
+  of pods, so a node lost with a thousand pods never delays the other nodes' health checks.  The
+  per-pod work is handed over: MarkPodsNotReady to a deduplicating queue of pod keys worked by
+  :data:`POD_WRITERS` workers (upstream marks pods from its 8 node-update workers and processPod's
+  queue), each pod decided again from the caches when its turn comes (a node Ready again by then
+  is left alone, a pod already not Ready is not written); a failed update is queued again by the
+  next pass, like upstream's nodesToRetry.  Events go through a background recorder;
 - taints follow conditions (TaintNodesByCondition + taint-based eviction): Ready=False ->
   node.kubernetes.io/not-ready NoSchedule+NoExecute, Ready=Unknown/absent ->
   node.kubernetes.io/unreachable NoSchedule+NoExecute (NoExecute carries timeAdded), pressure
   conditions -> memory-/disk-/pid-pressure NoSchedule, spec.unschedulable ->
   node.kubernetes.io/unschedulable NoSchedule; when the kubelet reports Ready again they go;
-- NoExecute eviction: a pod on the node that does not tolerate every NoExecute taint is deleted
-  at once; otherwise at taint time + the smallest tolerationSeconds of the tolerations used (never
-  if none of them sets it); before deletion the pod gets DisruptionTarget=True
-  (reason DeletionByTaintManager). Matching is ``common.tolerations`` (one rule for scheduler,
-  controller and agent). The deletion is graceful: the kubelet stops the containers and deletes the
-  pod for good -- if its runtime is down that waits until the runtime is back, never longer.
+- NoExecute eviction is :mod:`pykubelet.server.tainteviction` (upstream's taint-eviction
+  controller), fed by this controller's node and pod caches (one watch each) and run by its own
+  timers and workers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import json
 import logging
-import secrets
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from pykubelet.common.apiclient import ApiError
-from pykubelet.common.timestamps import parse_time
-from pykubelet.common.tolerations import matching_tolerations
+from pykubelet.server.tainteviction import (
+    EventRecorder,
+    KeyQueue,
+    TaintEvictionController,
+    drain,
+    eviction_time,
+    fmt_time,
+    run_workers,
+)
+
+__all__ = ["NodeLifecycleController", "eviction_time", "fmt_time"]
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +91,7 @@ MANAGED_TAINT_KEYS = {
 WATCHED_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
 LEASE_NAMESPACE = "kube-node-lease"
 CONTROLLER_NAME = "node-controller"
-POD_WRITERS = 8  # per-pod API writes of one node in flight at once (upstream: 8 workers)
-
-
-def fmt_time(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+POD_WRITERS = 8  # MarkPodsNotReady workers (upstream: 8 node-update workers)
 
 
 def _meta(o: Obj) -> Obj:
@@ -211,40 +213,6 @@ def desired_taints(node: Obj, now: datetime) -> list[Obj]:
     return out
 
 
-def _toleration_seconds(tol: Mapping[str, Any]) -> int | None:
-    """A toleration's tolerationSeconds (None: forever; a malformed value counts as forever)."""
-    value = tol.get("tolerationSeconds")
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
-
-
-def eviction_time(pod: Obj, taints: list[Obj], now: datetime) -> datetime | None:
-    """When the pod must be deleted because of NoExecute taints (None: never)."""
-    noexec = [t for t in taints if t.get("effect") == "NoExecute"]
-    if not noexec:
-        return None
-    tolerations = _spec(pod).get("tolerations") or []
-    used: list[Mapping[str, Any]] = []
-    for taint in noexec:
-        match = matching_tolerations(tolerations, taint)
-        if not match:
-            return now
-        used.extend(match)
-    seconds = [s for s in (_toleration_seconds(t) for t in used) if s is not None]
-    if not seconds:
-        return None
-    minimum = min(seconds)
-    added = [parse_time(t.get("timeAdded")) for t in noexec]
-    start = min((a for a in added if a is not None), default=now)
-    if minimum <= 0:
-        return start
-    return start + timedelta(seconds=minimum)
-
-
 def pod_ready_false_patch(pod: Obj, now: datetime) -> Obj | None:
     """Strategic-merge patch marking the pod not Ready (MarkPodsNotReady), or None.
 
@@ -258,11 +226,11 @@ def pod_ready_false_patch(pod: Obj, now: datetime) -> Obj | None:
     return None
 
 
-def node_ready_left_true(previous: str | None, current: str | None, retry: bool) -> bool:
+def node_ready_left_true(previous: str | None, current: str | None) -> bool:
     """Should the pods of a node be marked not Ready in this pass (MarkPodsNotReady trigger)?"""
     if current == "True" or current is None:
         return False
-    return previous == "True" or retry
+    return previous == "True"
 
 
 def stall_threshold(monitor_period: float, grace_period: float) -> float:
@@ -282,19 +250,10 @@ class LifecycleApi(Protocol):
               timeout_seconds: int | None = None) -> Any: ...
 
 
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-async def _bounded(writes: Iterable[Awaitable[bool]], limit: int = POD_WRITERS) -> list[bool]:
-    """Await ``writes`` with at most ``limit`` in flight; their results, in order."""
-    sem = asyncio.Semaphore(limit)
-
-    async def one(w: Awaitable[bool]) -> bool:
-        async with sem:
-            return await w
-
-    return list(await asyncio.gather(*(one(w) for w in writes)))
 
 
 class NodeLifecycleController:
@@ -319,13 +278,18 @@ class NodeLifecycleController:
         self.nodes: dict[str, Obj] = {}
         self.leases: dict[str, Obj] = {}
         self.pods: dict[str, Obj] = {}
-        self._on_node: dict[str, set[str]] = {}  # node name -> keys of its pods (a pass is O(its pods))
-        self._evicting: set[str] = set()
+        self._on_node: dict[str, set[str]] = {}  # node name -> keys of its pods
         self._synced: set[str] = set()
+        self._all_synced = asyncio.Event()
         self._last_pass: datetime | None = None
         self._ready_seen: dict[str, str | None] = {}  # node -> Ready status at the previous pass
-        self._mark_retry: set[str] = set()  # nodes whose pods could not all be marked not Ready
         self._assigned: set[str] = set()  # pods newly seen on a node (upstream podUpdated queue)
+        self._mark_failed: set[str] = set()  # pods whose marking failed: queued again by the next pass
+        self.marking = KeyQueue()  # pods to mark not Ready
+        self.events = EventRecorder(api, clock, CONTROLLER_NAME)
+        self.eviction = TaintEvictionController(
+            api, get_pod=self.pods.get, get_node=self.nodes.get, pods_on=self._pods_on,
+            recorder=self.events, clock=clock)
 
     # cache handlers ----------------------------------------------------------------------------
 
@@ -338,10 +302,11 @@ class NodeLifecycleController:
             self.nodes.pop(name, None)
             self.health.forget(name)
             self._ready_seen.pop(name, None)
-            self._mark_retry.discard(name)
+            self.eviction.node_updated(name, None)
             return
         self.nodes[name] = node
         self._observe(name)
+        self.eviction.node_updated(name, node)
 
     def on_lease_event(self, etype: str, lease: Obj) -> None:
         name = str(_meta(lease).get("name", ""))
@@ -359,8 +324,8 @@ class NodeLifecycleController:
         old_node = _spec(old).get("nodeName") if old is not None else None
         if etype == "DELETED":
             self.pods.pop(key, None)
-            self._evicting.discard(key)
             self._assigned.discard(key)
+            self._mark_failed.discard(key)
             node_name = None
         else:
             node_name = _spec(pod).get("nodeName")
@@ -376,6 +341,7 @@ class NodeLifecycleController:
                         del self._on_node[old_node]
             if node_name:
                 self._on_node.setdefault(node_name, set()).add(key)
+        self.eviction.pod_updated(key, None if etype == "DELETED" else pod)
 
     def _pods_on(self, node: str) -> list[tuple[str, Obj]]:
         return [(k, self.pods[k]) for k in sorted(self._on_node.get(node, ())) if k in self.pods]
@@ -383,7 +349,7 @@ class NodeLifecycleController:
     # one monitoring pass -----------------------------------------------------------------------
 
     async def reconcile(self) -> None:
-        """One pass over all nodes (upstream monitorNodeHealth + taint eviction)."""
+        """One pass over all nodes (upstream monitorNodeHealth): node writes only, pod work queued."""
         now = self.clock()
         if self._last_pass is not None:
             gap = (now - self._last_pass).total_seconds()
@@ -394,14 +360,16 @@ class NodeLifecycleController:
                 )
                 self.health.refresh_all(now)
         try:
+            for key in list(self._mark_failed):  # upstream nodesToRetry
+                self._mark_failed.discard(key)
+                self.marking.add(key)
             for name, node in list(self.nodes.items()):
                 try:
                     node = await self._reconcile_node(name, node, now)
-                    await self._mark_pods_not_ready(name, node, now)
-                    await self._evict(name, node, now)
+                    self._queue_pods_not_ready(name, node)
                 except Exception:
                     log.exception("node lifecycle for %s failed", name)
-            await self._process_assigned(now)
+            self._process_assigned()
         finally:
             self._last_pass = self.clock()  # the gap to the next pass is idle time, not this pass's work
 
@@ -418,125 +386,65 @@ class NodeLifecycleController:
         if taints != (_spec(node).get("taints") or []):
             node = await self.api.patch(f"/api/v1/nodes/{name}", {"spec": {"taints": taints or None}}, "merge")
             self.nodes[name] = node
+            self.eviction.node_updated(name, node)
         return node
 
-    async def _mark_pod_not_ready(self, key: str, pod: Obj, now: datetime) -> bool:
-        """MarkPodsNotReady for one pod; False if the update failed (to be retried)."""
+    def _queue_pods_not_ready(self, name: str, node: Obj) -> None:
+        ready = condition_status(node, "Ready")
+        previous = self._ready_seen.get(name)
+        self._ready_seen[name] = ready
+        if not node_ready_left_true(previous, ready):
+            return
+        log.info("node %s is not ready (Ready=%s); marking its pods not ready", name, ready)
+        for key in self._on_node.get(name, ()):
+            self.marking.add(key)
+
+    def _process_assigned(self) -> None:
+        """Pods newly seen on a node that is not Ready are marked not Ready (upstream processPod)."""
+        for key in list(self._assigned):
+            self._assigned.discard(key)
+            pod = self.pods.get(key)
+            if pod is None:
+                continue
+            node = self.nodes.get(str(_spec(pod).get("nodeName")))
+            if node is not None and condition_status(node, "Ready") in ("False", "Unknown"):
+                self.marking.add(key)
+
+    # per-pod work (workers) --------------------------------------------------------------------
+
+    async def _mark_pod_not_ready(self, key: str) -> None:
+        """MarkPodsNotReady for one pod, decided from the caches now; a failure is retried next pass."""
+        pod = self.pods.get(key)
+        if pod is None:
+            return
+        node = self.nodes.get(str(_spec(pod).get("nodeName")))
+        if node is None or condition_status(node, "Ready") in ("True", None):
+            return  # the node is back (or gone): its kubelet, or pod GC, has the last word
+        now = self.clock()
         patch = pod_ready_false_patch(pod, now)
         if patch is None:
-            return True
+            return
         ns, pname = key.split("/", 1)
         try:
             updated = await self.api.patch(f"/api/v1/namespaces/{ns}/pods/{pname}/status", patch, "strategic")
         except ApiError as e:
             if e.status == 404:  # already gone: nothing left to do
-                return True
+                return
             log.info("marking pod %s not ready failed: %s", key, e)
-            return False
+            self._mark_failed.add(key)
+            return
         if key in self.pods:
             self.pods[key] = updated
-        await self._pod_event(updated, "Warning", "NodeNotReady", "Node is not ready")
-        return True
+        self.events.record(updated, "Warning", "NodeNotReady", "Node is not ready")
 
-    async def _mark_pods_not_ready(self, name: str, node: Obj, now: datetime) -> None:
-        ready = condition_status(node, "Ready")
-        previous = self._ready_seen.get(name)
-        self._ready_seen[name] = ready
-        if not node_ready_left_true(previous, ready, name in self._mark_retry):
-            if ready == "True":
-                self._mark_retry.discard(name)
-            return
-        log.info("node %s is not ready (Ready=%s); marking its pods not ready", name, ready)
-        ok = all(await _bounded(self._mark_pod_not_ready(key, pod, now) for key, pod in self._pods_on(name)))
-        if ok:
-            self._mark_retry.discard(name)
-        else:
-            self._mark_retry.add(name)
-
-    async def _process_assigned(self, now: datetime) -> None:
-        """Pods newly seen on a node that is not Ready are marked not Ready (upstream processPod)."""
-        for key in list(self._assigned):
-            pod = self.pods.get(key)
-            if pod is None:
-                self._assigned.discard(key)
-                continue
-            node = self.nodes.get(str(_spec(pod).get("nodeName")))
-            if node is None:  # node not known (yet): nothing to decide
-                self._assigned.discard(key)
-                continue
-            if condition_status(node, "Ready") in ("False", "Unknown"):
-                if not await self._mark_pod_not_ready(key, pod, now):
-                    continue  # retried next pass
-            self._assigned.discard(key)
-
-    async def _pod_event(self, pod: Obj, etype: str, reason: str, message: str) -> None:
-        """Best-effort event on a pod (upstream's recorder never fails the caller)."""
-        meta = _meta(pod)
-        ns = str(meta.get("namespace") or "default")
-        ts = fmt_time(self.clock())
-        body: Obj = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{meta.get('name', '')}.{secrets.token_hex(8)}", "namespace": ns},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": ns,
-                "name": meta.get("name", ""),
-                "uid": meta.get("uid", ""),
-            },
-            "reason": reason,
-            "message": message,
-            "type": etype,
-            "source": {"component": CONTROLLER_NAME},
-            "reportingComponent": CONTROLLER_NAME,
-            "firstTimestamp": ts,
-            "lastTimestamp": ts,
-            "count": 1,
-        }
-        try:
-            await self.api.create(f"/api/v1/namespaces/{ns}/events", body)
-        except Exception as e:
-            log.debug("event %s for %s/%s not recorded: %s", reason, ns, meta.get("name"), e)
-
-    async def _evict(self, name: str, node: Obj, now: datetime) -> None:
-        taints = [t for t in _spec(node).get("taints") or [] if isinstance(t, dict)]
-        if not any(t.get("effect") == "NoExecute" for t in taints):
-            return  # only NoExecute taints evict
-        due = []
-        for key, pod in self._pods_on(name):
-            if key in self._evicting:
-                continue
-            if _meta(pod).get("deletionTimestamp"):
-                continue
-            when = eviction_time(pod, taints, now)
-            if when is None or when > now:
-                continue
-            self._evicting.add(key)
-            due.append(key)
-        await _bounded(self._evict_pod(key, name, now) for key in due)
-
-    async def _evict_pod(self, key: str, name: str, now: datetime) -> bool:
-        ns, pname = key.split("/", 1)
-        log.info("evicting pod %s from node %s (NoExecute taint)", key, name)
-        cond = {
-            "type": "DisruptionTarget",
-            "status": "True",
-            "reason": "DeletionByTaintManager",
-            "message": "Taint manager: deleting due to NoExecute taint",
-            "lastTransitionTime": fmt_time(now),
-        }
-        with contextlib.suppress(Exception):
-            await self.api.patch(
-                f"/api/v1/namespaces/{ns}/pods/{pname}/status", {"status": {"conditions": [cond]}}, "strategic"
-            )
-        try:
-            await self.api.delete(f"/api/v1/namespaces/{ns}/pods/{pname}")
-        except Exception:
-            self._evicting.discard(key)
-            log.warning("deleting %s failed", key, exc_info=True)
-            return False
-        return True
+    async def settle(self) -> None:
+        """Do the queued pod work now, in the caller's task (tests; ``run`` has workers for it)."""
+        while True:
+            await drain(self.marking, self._mark_pod_not_ready, POD_WRITERS)
+            await self.eviction.settle()
+            await self.events.flush()
+            if not (len(self.marking) or len(self.eviction.queue)):
+                return
 
     # loops -------------------------------------------------------------------------------------
 
@@ -548,6 +456,8 @@ class NodeLifecycleController:
                 for item in items:
                     handler("ADDED", item)
                 self._synced.add(path)
+                if len(self._synced) == 3:
+                    self._all_synced.set()
                 rv = (lst.get("metadata") or {}).get("resourceVersion")
                 async for etype, obj in self.api.watch(path, resource_version=rv):
                     if etype in ("ADDED", "MODIFIED", "DELETED"):
@@ -565,10 +475,13 @@ class NodeLifecycleController:
             ("/api/v1/pods", self.on_pod_event),
         ]
         tasks = [asyncio.create_task(self._reflect(p, h)) for p, h in specs]
+        tasks.append(asyncio.create_task(run_workers(self.marking, self._mark_pod_not_ready, POD_WRITERS)))
+        tasks.append(asyncio.create_task(self.events.run()))
         try:
+            await self._all_synced.wait()  # judge nothing from a partial view
+            tasks.append(asyncio.create_task(self.eviction.run()))
             while True:
-                if len(self._synced) == len(specs):
-                    await self.reconcile()
+                await self.reconcile()
                 await asyncio.sleep(self.monitor_period)
         finally:
             for t in tasks:

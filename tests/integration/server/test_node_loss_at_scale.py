@@ -1,12 +1,14 @@
 """A node that disappears with many pods: eviction and pod GC as upstream, while everything else serves.
 
 Two "fake kubelets" (API calls only: a Node, a Lease renewed, see ``test_controllers``) each hold
-pods; one stops renewing.  As upstream's node lifecycle controller: its Node goes Ready=Unknown and
-gets the ``node.kubernetes.io/unreachable`` NoExecute taint, and its pods -- which carry the
-DefaultTolerationSeconds toleration (300 s upstream, 2 s here) -- are evicted when that runs out
-(graceful deletion: they stay Terminating, there is no kubelet to finish them).  When the Node is
-deleted, pod GC force-deletes them and the Lease goes.  The other node, its pods and the API's
-answers to GETs are untouched throughout.
+pods; one stops renewing.  As upstream's node lifecycle and taint-eviction controllers: its Node
+goes Ready=Unknown and gets the ``node.kubernetes.io/unreachable`` NoExecute taint, and its pods --
+which carry the DefaultTolerationSeconds toleration (300 s upstream, 1 s here) -- get
+DisruptionTarget=True (DeletionByTaintManager) and are deleted when that runs out (graceful: they
+stay Terminating, there is no kubelet to finish them).  When the Node is deleted, pod GC
+force-deletes them and the Lease goes.  The other node, its pods and the API's answers to GETs are
+untouched throughout.  The grace period stays 2 s (the fake kubelets renew every 0.3 s and a loaded
+machine must not take the kept node for lost); the other periods are as short as stays meaningful.
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ UNREACHABLE = ("node.kubernetes.io/unreachable", "NoExecute")
 @pytest.fixture
 async def nsrv(tmp_path: Path) -> AsyncIterator[ServerHandle]:
     args = build_parser().parse_args([
-        "--secure-port", "0", "--node-monitor-grace-period", "2s", "--node-monitor-period", "200ms",
-        "--default-unreachable-toleration-seconds", "2", "--default-not-ready-toleration-seconds", "2",
+        "--secure-port", "0", "--node-monitor-grace-period", "2s", "--node-monitor-period", "100ms",
+        "--default-unreachable-toleration-seconds", "1", "--default-not-ready-toleration-seconds", "1",
     ])
     opts = server_options(args)
-    opts["controller_kwargs"] = {**opts["controller_kwargs"], "podgc_period": 0.5, "podgc_quarantine": 0.5}
+    opts["controller_kwargs"] = {**opts["controller_kwargs"], "podgc_period": 0.2, "podgc_quarantine": 0.2}
     async with run_server(tmp_path / "data", **opts) as srv:
         yield srv
 
@@ -92,7 +94,13 @@ async def test_a_lost_node_s_pods_are_evicted_then_collected_while_the_other_nod
                 pods = await _pods(http)
                 return all(pods[n]["metadata"].get("deletionTimestamp") for n in lost_names)
 
+            def cond(p: dict[str, Any], ctype: str) -> dict[str, Any]:
+                return next((c for c in p["status"].get("conditions") or [] if c["type"] == ctype), {})
+
             await eventually(all_evicted, "every pod of the lost node to be evicted (Terminating)")
+            for p in (await _pods(http)).values():
+                if p["metadata"]["name"].startswith("lost-"):
+                    assert cond(p, "DisruptionTarget").get("reason") == "DeletionByTaintManager"
             st, body = await http.req("DELETE", "/api/v1/nodes/lost")
             assert st == 200, body
 

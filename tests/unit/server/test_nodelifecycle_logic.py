@@ -1,4 +1,6 @@
+import asyncio
 import functools
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,6 +15,7 @@ from pykubelet.server.nodelifecycle import (
     node_ready_left_true,
     unknown_conditions,
 )
+from pykubelet.server.tainteviction import run_workers
 from tests.builders import node, pod
 from tests.fakes import FakeApi
 
@@ -116,11 +119,11 @@ async def test_controller_marks_unknown_taints_evicts_and_recovers() -> None:
             handler("ADDED", item)
 
     clock[0] = T0 + timedelta(seconds=30)
-    await c.reconcile()
+    await _pass(c)
     assert api.calls == []  # still within the grace period
 
     clock[0] = T0 + timedelta(seconds=45)
-    await c.reconcile()
+    await _pass(c)
     n = api.objects["/api/v1/nodes/n1"]
     ready = next(x for x in n["status"]["conditions"] if x["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("Unknown", "NodeStatusUnknown")
@@ -129,7 +132,7 @@ async def test_controller_marks_unknown_taints_evicts_and_recovers() -> None:
     assert next(x for x in quick["status"]["conditions"] if x["type"] == "Ready")["status"] == "False"
 
     clock[0] = T0 + timedelta(seconds=45 + 31)
-    await c.reconcile()
+    await _pass(c)
     assert "/api/v1/namespaces/default/pods/quick" not in api.objects
     assert "/api/v1/namespaces/default/pods/slow" in api.objects
 
@@ -139,9 +142,15 @@ async def test_controller_marks_unknown_taints_evicts_and_recovers() -> None:
     api.objects["/api/v1/nodes/n1"]["status"] = kubelet_node()["status"]
     clock[0] = T0 + timedelta(seconds=400)
     c.on_lease_event("MODIFIED", lease(clock[0]))
-    await c.reconcile()
+    await _pass(c)
     assert not api.objects["/api/v1/nodes/n1"].get("spec", {}).get("taints")
     assert "/api/v1/namespaces/default/pods/slow" in api.objects
+
+
+async def _pass(c: NodeLifecycleController) -> None:
+    """A monitoring pass, then the pod work it queued (done by background workers when running)."""
+    await c.reconcile()
+    await c.settle()
 
 
 async def _controller(api: Any, clock: list[datetime], **kw: Any) -> NodeLifecycleController:
@@ -178,12 +187,12 @@ async def test_pods_of_a_node_whose_kubelet_reports_not_ready_are_marked_not_rea
     api.put("/api/v1/namespaces/default/pods/a", running_pod("a", tolerations=DEFAULT_TOLS))
     api.put("/api/v1/namespaces/default/pods/b", running_pod("b", tolerations=DEFAULT_TOLS))
     c = await _controller(api, clock)
-    await c.reconcile()
+    await _pass(c)
     assert (_pod_ready(api, "a"), _pod_ready(api, "b")) == ("True", "True")
 
     clock[0] = T0 + timedelta(seconds=5)
     _kubelet_posts(c, api, "False", clock[0])  # e.g. the container runtime is down
-    await c.reconcile()
+    await _pass(c)
     assert (_pod_ready(api, "a"), _pod_ready(api, "b")) == ("False", "False")
     events = [body for verb, path, body in api.calls if verb == "create" and path.endswith("/events")]
     assert {(e["involvedObject"]["name"], e["type"], e["reason"], e["message"]) for e in events} == {
@@ -200,7 +209,7 @@ async def test_pods_of_a_node_whose_kubelet_reports_not_ready_are_marked_not_rea
     api.objects["/api/v1/namespaces/default/pods/a"]["status"]["conditions"][0]["status"] = "True"
     clock[0] = T0 + timedelta(seconds=10)
     _kubelet_posts(c, api, "True", clock[0])
-    await c.reconcile()
+    await _pass(c)
     assert _pod_ready(api, "a") == "True"
     assert not api.objects["/api/v1/nodes/n1"]["spec"].get("taints")
 
@@ -212,7 +221,7 @@ async def test_marking_pods_not_ready_is_retried_after_a_failed_update() -> None
     api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
     api.put("/api/v1/namespaces/default/pods/a", running_pod("a", tolerations=DEFAULT_TOLS))
     c = await _controller(api, clock)
-    await c.reconcile()
+    await _pass(c)
     real_patch = api.patch
     failing = [True]
 
@@ -224,11 +233,11 @@ async def test_marking_pods_not_ready_is_retried_after_a_failed_update() -> None
     api.patch = flaky_patch
     clock[0] = T0 + timedelta(seconds=5)
     _kubelet_posts(c, api, "False", clock[0])
-    await c.reconcile()
+    await _pass(c)
     assert _pod_ready(api, "a") == "True"
     failing[0] = False
     clock[0] = T0 + timedelta(seconds=10)
-    await c.reconcile()
+    await _pass(c)
     assert _pod_ready(api, "a") == "False"
 
 
@@ -239,7 +248,7 @@ async def test_a_pod_seen_on_a_node_that_is_not_ready_is_marked_not_ready() -> N
     api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
     api.put("/api/v1/namespaces/default/pods/a", running_pod("a", tolerations=DEFAULT_TOLS))
     c = await _controller(api, clock)
-    await c.reconcile()
+    await _pass(c)
     assert _pod_ready(api, "a") == "False"
 
 
@@ -250,28 +259,27 @@ async def test_a_paused_controller_gives_nodes_a_fresh_grace_period_instead_of_m
     api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
     api.put("/api/v1/namespaces/default/pods/a", running_pod("a", tolerations=DEFAULT_TOLS))
     c = await _controller(api, clock)
-    await c.reconcile()
+    await _pass(c)
     # The whole control plane was stopped for 60 s: no lease could be observed meanwhile.
     clock[0] = T0 + timedelta(seconds=60)
-    await c.reconcile()
+    await _pass(c)
     assert condition_status(api.objects["/api/v1/nodes/n1"], "Ready") == "True"
     assert not api.objects["/api/v1/nodes/n1"].get("spec", {}).get("taints")
     assert _pod_ready(api, "a") == "True"
     # A kubelet that really stays silent is still noticed, one grace period after the resume.
     for seconds in range(65, 106, 5):
         clock[0] = T0 + timedelta(seconds=seconds)
-        await c.reconcile()
+        await _pass(c)
     assert condition_status(api.objects["/api/v1/nodes/n1"], "Ready") == "Unknown"
     assert _pod_ready(api, "a") == "False"
 
 
-def test_pods_are_marked_when_ready_leaves_true_or_a_retry_is_pending() -> None:
-    assert node_ready_left_true("True", "False", retry=False)
-    assert node_ready_left_true("True", "Unknown", retry=False)
-    assert not node_ready_left_true("False", "False", retry=False)
-    assert node_ready_left_true("False", "False", retry=True)
-    assert not node_ready_left_true("Unknown", "True", retry=True)
-    assert not node_ready_left_true(None, "False", retry=False)
+def test_pods_are_marked_when_ready_leaves_true() -> None:
+    assert node_ready_left_true("True", "False")
+    assert node_ready_left_true("True", "Unknown")
+    assert not node_ready_left_true("False", "False")
+    assert not node_ready_left_true("Unknown", "True")
+    assert not node_ready_left_true(None, "False")
 
 
 def test_a_malformed_toleration_seconds_never_crashes_eviction() -> None:
@@ -281,7 +289,7 @@ def test_a_malformed_toleration_seconds_never_crashes_eviction() -> None:
     assert eviction_time(running_pod("p", tolerations=odd), taints, T0) is None  # tolerated, for ever
 
 
-async def test_a_long_pass_over_a_lost_node_s_pods_is_not_taken_for_a_paused_controller() -> None:
+async def test_a_lost_node_s_pod_writes_never_hold_up_the_other_nodes_health_checks() -> None:
     api = FakeApi()
     clock = [T0]
     api.put("/api/v1/nodes/n1", kubelet_node())
@@ -291,20 +299,69 @@ async def test_a_long_pass_over_a_lost_node_s_pods_is_not_taken_for_a_paused_con
     api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n2",
             {**lease(T0), "metadata": {"name": "n2", "namespace": "kube-node-lease"}})
     for i in range(30):
-        api.put(f"/api/v1/namespaces/default/pods/p{i}", running_pod(f"p{i}", tolerations=DEFAULT_TOLS))
+        api.put(f"/api/v1/namespaces/default/pods/p{i}", running_pod(f"p{i}", tolerations=[]))
+    api_up = asyncio.Event()
+    real_patch, real_delete = api.patch, api.delete
 
-    def slow_write(_verb: str, _path: str, _body: Any) -> None:  # each pod update takes a second
-        clock[0] += timedelta(seconds=1)
+    async def stuck_patch(path: str, body: Any, patch_type: str = "merge", params: Any = None) -> Any:
+        if "/pods/" in path:
+            await api_up.wait()  # pod writes hang (an overloaded API server)
+        return await real_patch(path, body, patch_type, params)
 
-    api.react("patch", "/status", slow_write)
+    async def stuck_delete(path: str, body: Any = None, params: Any = None) -> Any:
+        await api_up.wait()
+        return await real_delete(path, body, params)
+
+    api.patch, api.delete = stuck_patch, stuck_delete
     c = await _controller(api, clock)
-    for seconds in range(0, 46, 5):  # a pass every 5 s; n2's kubelet renews once more at 20 s, then goes silent
-        clock[0] = T0 + timedelta(seconds=seconds)
-        if seconds == 20:
-            c.on_lease_event("MODIFIED", {**lease(clock[0]), "metadata": {"name": "n2", "namespace": "kube-node-lease"}})
-        await c.reconcile()  # at 45 s n1 is lost: 30 pods marked not ready, the pass takes 30 s
-    assert condition_status(api.objects["/api/v1/nodes/n1"], "Ready") == "Unknown"
-    assert clock[0] >= T0 + timedelta(seconds=75)
-    clock[0] += timedelta(seconds=5)  # the next pass, one monitor period later
-    await c.reconcile()
-    assert condition_status(api.objects["/api/v1/nodes/n2"], "Ready") == "Unknown"  # not a fresh grace period
+    workers = [asyncio.create_task(run_workers(c.marking, c._mark_pod_not_ready, 8)),
+               asyncio.create_task(c.eviction.run())]
+    try:
+        for seconds in range(0, 66, 5):  # a pass every 5 s; n2's kubelet renews once more at 20 s, then goes silent
+            clock[0] = T0 + timedelta(seconds=seconds)
+            if seconds == 20:
+                c.on_lease_event("MODIFIED", {**lease(clock[0]), "metadata": {"name": "n2", "namespace": "kube-node-lease"}})
+            await asyncio.wait_for(c.reconcile(), 1)  # never waits for the hanging pod writes
+            await asyncio.sleep(0)
+        assert condition_status(api.objects["/api/v1/nodes/n1"], "Ready") == "Unknown"  # at 45 s
+        assert condition_status(api.objects["/api/v1/nodes/n2"], "Ready") == "Unknown"  # at 65 s, on time
+        assert all(_pod_ready(api, f"p{i}") == "True" for i in range(30))  # still queued
+        api_up.set()
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if not any(p.startswith("/api/v1/namespaces/default/pods/") for p in api.objects):
+                break
+        assert not any(p.startswith("/api/v1/namespaces/default/pods/") for p in api.objects)  # evicted
+        writes = [(verb, path, json.dumps(body and body["status"]["conditions"][0]["type"]))
+                  for verb, path, body in api.calls if "/pods/" in path]
+        assert len(writes) == len(set(writes)) == 3 * 30  # Ready=False, DisruptionTarget, delete: once each
+    finally:
+        for t in workers:
+            t.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+
+async def test_taint_eviction_records_upstream_events_and_disruption_target() -> None:
+    api = FakeApi()
+    clock = [T0]
+    api.put("/api/v1/nodes/n1", kubelet_node())
+    api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
+    api.put("/api/v1/namespaces/default/pods/now", running_pod("now", tolerations=[]))
+    api.put("/api/v1/namespaces/default/pods/later", running_pod("later", tolerations=DEFAULT_TOLS))
+    c = await _controller(api, clock)
+    deleted: list[dict[str, Any]] = []
+    api.react("delete", "/pods/now", lambda _v, path, _b: deleted.append(api.objects[path]))
+    clock[0] = T0 + timedelta(seconds=45)
+    await _pass(c)
+    assert "/api/v1/namespaces/default/pods/now" not in api.objects
+    cond = next(x for x in deleted[0]["status"]["conditions"] if x["type"] == "DisruptionTarget")
+    assert (cond["status"], cond["reason"]) == ("True", "DeletionByTaintManager")
+    # The kubelet comes back before "later"'s 300 s: its deletion is cancelled.
+    clock[0] = T0 + timedelta(seconds=50)
+    _kubelet_posts(c, api, "True", clock[0])
+    await _pass(c)
+    assert "/api/v1/namespaces/default/pods/later" in api.objects
+    events = {(e["involvedObject"]["name"], e["type"], e["reason"], e["message"])
+              for verb, path, e in api.calls if verb == "create" and path.endswith("/events")}
+    assert ("now", "Normal", "TaintManagerEviction", "Marking for deletion Pod default/now") in events
+    assert ("later", "Normal", "TaintManagerEviction", "Cancelling deletion of Pod default/later") in events
