@@ -16,13 +16,13 @@ names a resourceVersion other than the stored one fails with 409 Conflict.
 Everything runs on the event loop thread, so no locking is needed: a write and its fan-out to
 watchers happen atomically with respect to other coroutines.
 
-Copies.  The store keeps its own copy of each object and hands out copies the caller may change;
-both are the object's compact JSON decoded again (``json.loads`` is several times cheaper than
-``deepcopy`` and yields exactly what is persisted), and the JSON itself is kept per revision for
-lists and watch events.  A watch with an equality field selector on ``spec.nodeName`` (every
-kubelet's pod watch) is indexed by that value, so a pod event is queued for the one node's watch
-instead of being matched, and dropped, by a hundred of them (upstream's watch cache indexes
-pods by ``spec.nodeName`` for the same reason).
+Copies.  The store keeps its own copy of each object (a ``deepcopy``: revisions share their
+strings) and its compact JSON per revision, for lists and watch events; what a write returns to
+its caller is that JSON decoded again (``json.loads`` is several times cheaper than ``deepcopy``).
+
+A watch with an equality field selector on ``spec.nodeName`` (every kubelet's pod watch) is indexed
+by that value, so a pod event is queued for the one node's watch instead of being matched, and
+dropped, by a hundred of them (upstream's watch cache indexes pods by ``spec.nodeName`` too).
 
 Slow watchers.  The fan-out only appends to each watcher's queue (never awaits), so a client that
 stops reading cannot slow a write or another watcher.  What it could do is make its queue grow
@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+import copy
 import json
 import logging
 import os
@@ -240,11 +241,13 @@ class Storage:
     @staticmethod
     def _with_rv(obj: Obj, rv: int) -> tuple[Obj, bytes]:
         """``obj`` at revision ``rv`` as the store keeps it (a copy of its own, the caller's object
-        untouched) and as compact JSON.  The copy is the JSON decoded again: the store holds
-        exactly what it persists, and ``json.loads`` is several times cheaper than ``deepcopy``."""
-        data = json.dumps({**obj, "metadata": {**(obj.get("metadata") or {}), "resourceVersion": str(rv)}},
-                          separators=(",", ":")).encode()
-        return json.loads(data), data
+        untouched) and as compact JSON.  The copy is a ``deepcopy``, which shares the strings with
+        the caller's object and, through :meth:`get`, with the object's earlier revisions still in
+        the watch history; a ``json.loads`` copy would give every revision strings of its own
+        (measured: +25 kB of server RSS per pod)."""
+        stored = copy.deepcopy(obj)
+        stored.setdefault("metadata", {})["resourceVersion"] = str(rv)
+        return stored, json.dumps(stored, separators=(",", ":")).encode()
 
     def close(self) -> None:
         for ws in self._watchers.values():
@@ -265,9 +268,9 @@ class Storage:
 
     # ---------------------------------------------------------------- reads
     def get(self, resource: str, namespace: str, name: str) -> Obj | None:
-        """A copy of the stored object the caller may change (decoded from its JSON)."""
-        data = self.encoded(resource, namespace, name)
-        return json.loads(data) if data is not None else None
+        """A copy of the stored object the caller may change (sharing its strings, see _with_rv)."""
+        obj = self._objects[resource].get((namespace, name))
+        return copy.deepcopy(obj) if obj is not None else None
 
     def peek(self, resource: str, namespace: str, name: str) -> Obj | None:
         """Like get() but returns the stored object itself: callers must not mutate it."""
@@ -277,7 +280,7 @@ class Storage:
         """Objects sorted by (namespace, name), copies the caller may change."""
         items = self._objects[resource]
         keys = sorted(k for k in items if namespace is None or k[0] == namespace)
-        return [json.loads(self.encoded(resource, *k) or b"null") for k in keys]
+        return [copy.deepcopy(items[k]) for k in keys]
 
     def encoded(self, resource: str, namespace: str, name: str) -> bytes | None:
         """The stored object as compact JSON (``None`` when absent); callers must not mutate."""
