@@ -446,6 +446,11 @@ class NodeLifecycleController:
             if not (len(self.marking) or len(self.eviction.queue)):
                 return
 
+    async def pod_workers(self) -> None:
+        """The per-pod work, for ever: MarkPodsNotReady workers, taint eviction, the event writers."""
+        await asyncio.gather(run_workers(self.marking, self._mark_pod_not_ready, POD_WRITERS),
+                             self.eviction.run(), self.events.run())
+
     # loops -------------------------------------------------------------------------------------
 
     async def _reflect(self, path: str, handler: Callable[[str, Obj], None]) -> None:
@@ -475,11 +480,9 @@ class NodeLifecycleController:
             ("/api/v1/pods", self.on_pod_event),
         ]
         tasks = [asyncio.create_task(self._reflect(p, h)) for p, h in specs]
-        tasks.append(asyncio.create_task(run_workers(self.marking, self._mark_pod_not_ready, POD_WRITERS)))
-        tasks.append(asyncio.create_task(self.events.run()))
         try:
             await self._all_synced.wait()  # judge nothing from a partial view
-            tasks.append(asyncio.create_task(self.eviction.run()))
+            tasks.append(asyncio.create_task(self.pod_workers()))
             while True:
                 await self.reconcile()
                 await asyncio.sleep(self.monitor_period)

@@ -15,7 +15,6 @@ from pykubelet.server.nodelifecycle import (
     node_ready_left_true,
     unknown_conditions,
 )
-from pykubelet.server.tainteviction import run_workers
 from tests.builders import node, pod
 from tests.fakes import FakeApi
 
@@ -314,8 +313,7 @@ async def test_a_lost_node_s_pod_writes_never_hold_up_the_other_nodes_health_che
 
     api.patch, api.delete = stuck_patch, stuck_delete
     c = await _controller(api, clock)
-    workers = [asyncio.create_task(run_workers(c.marking, c._mark_pod_not_ready, 8)),
-               asyncio.create_task(c.eviction.run())]
+    workers = [asyncio.create_task(c.pod_workers())]
     try:
         for seconds in range(0, 66, 5):  # a pass every 5 s; n2's kubelet renews once more at 20 s, then goes silent
             clock[0] = T0 + timedelta(seconds=seconds)
