@@ -1,9 +1,9 @@
-"""Node lifecycle controller: node health from Leases, condition-based taints, NoExecute eviction.
+"""Node lifecycle controller: node health from Leases, condition-based taints, pods marked not Ready.
 
 Design: decisions are pure functions of (node, lease observations, pods, ``now``) so they are
 tested with a fake clock; ``NodeLifecycleController`` keeps caches fed by list+watch of nodes,
-Leases in ``kube-node-lease`` and pods, and every ``monitor_period`` applies the decisions with
-PATCHes/DELETEs.  Health is judged from the controller's *own* observation time of the last change
+Leases in ``kube-node-lease`` and pods, every ``monitor_period`` PATCHes the nodes, and hands the
+per-pod writes to bounded workers (and to the taint-eviction controller it feeds).  Health is judged from the controller's *own* observation time of the last change
 of the Lease's ``renewTime`` (or of the Ready heartbeat), like upstream's ``probeTimestamp``, so
 clock skew between kubelet and control plane does not matter; every node gets a fresh grace
 period when the controller starts.
