@@ -269,8 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tolerationSeconds of the not-ready:NoExecute toleration added to every pod")
     p.add_argument("--default-unreachable-toleration-seconds", type=int, default=300,
                    help="tolerationSeconds of the unreachable:NoExecute toleration added to every pod")
-    p.add_argument("--scheduler-retry-interval", type=_duration, default=10.0,
-                   help="how often unschedulable pods are retried without a triggering change")
+    p.add_argument("--scheduler-retry-interval", type=_duration, default=300.0,
+                   help="how long an unschedulable pod waits for a triggering change before it is "
+                        "retried anyway (upstream's podMaxInUnschedulablePodsDuration, 5m)")
     p.add_argument("--encryption-provider-config", default=None, metavar="FILE",
                    help="EncryptionConfiguration (apiserver.config.k8s.io/v1) saying how to encrypt "
                         "resources at rest: providers aesgcm, secretbox, identity")

@@ -10,8 +10,12 @@ cache), so a decision costs O(nodes) whatever the number of pods; bindings run c
 as upstream's binding cycle runs apart from its scheduling cycle.
 Pods it has just bound are "assumed" in the cache (nodeName set locally) so that back-to-back
 decisions account for each other before the watch catches up, like upstream's scheduler cache.
-Unschedulable pods are retried when a node changes in a way that matters (labels, taints,
-allocatable, readiness, cordon), when a pod is deleted or finishes, and periodically.
+Pending pods wait in a ``SchedulingQueue`` (``schedqueue``, upstream's activeQ / backoffQ /
+unschedulablePods): a pod that does not fit is parked and tried again only when a node changes in
+a way that matters (labels, taints, allocatable, readiness, cordon), a bound pod is deleted or
+finishes, or a volume object changes, or after ``retry_interval`` (upstream's
+podMaxInUnschedulablePodsDuration, 5 min), each retry after the pod's backoff (1 s doubling to
+10 s); so 10,000 unschedulable pods cost nothing while the cluster does not change.
 
 Upstream behaviour followed (pkg/scheduler/framework/plugins, pkg/scheduler/schedule_one.go):
 - filter plugins in default-profile order, a node failing at the first plugin that rejects it:
@@ -47,6 +51,7 @@ import contextlib
 import json
 import logging
 import secrets
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -61,6 +66,7 @@ from pykubelet.common.nodepredicates import matches_node_affinity
 from pykubelet.common.podutil import container_requests, pod_requests
 from pykubelet.common.quantity import QuantityError, parse_quantity
 from pykubelet.common.tolerations import first_untolerated_taint, tolerations_tolerate_taint
+from pykubelet.server.schedqueue import MAX_IN_UNSCHEDULABLE, SchedulingQueue
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +89,7 @@ NO_NODES = "no nodes available to schedule pods"
 
 DEFAULT_MILLI_CPU = Decimal("0.1")
 DEFAULT_MEMORY = Decimal(200 * 1024 * 1024)
-RETRY_INTERVAL = 10.0
+RETRY_INTERVAL = MAX_IN_UNSCHEDULABLE  # an unschedulable pod is retried at least this often
 MAX_CONCURRENT_BINDS = 16
 
 
@@ -459,17 +465,19 @@ def _now() -> str:
 class Scheduler:
     """Watches nodes and pods and binds pending pods; ``run()`` runs until cancelled."""
 
-    def __init__(self, api: SchedulerApi, *, retry_interval: float = RETRY_INTERVAL) -> None:
+    def __init__(self, api: SchedulerApi, *, retry_interval: float = RETRY_INTERVAL,
+                 clock: Any = time.monotonic) -> None:
         self.api = api
         self.retry_interval = retry_interval
+        self._clock = clock
+        self.queue = SchedulingQueue(max_in_unschedulable=retry_interval)
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[str, Obj] = {}  # key ns/name; changed only through _set_pod
         self._infos: dict[str, NodeInfo] = {}  # node name -> node and the sums of its bound pods
         self._placed: dict[str, str] = {}  # pod key -> the node whose sums count it
         self._order: list[NodeInfo] | None = None  # existing nodes by name, rebuilt when one comes or goes
         self._node_sigs: dict[str, str] = {}
-        self._queue: list[str] = []
-        self._unschedulable: dict[str, str] = {}  # pod key -> last message
+        self._unschedulable: dict[str, str] = {}  # pod key -> last FitError message (PodScheduled condition)
         self._events: dict[str, tuple[str, str, int]] = {}  # pod key -> (event name, message, count)
         self._wake = asyncio.Event()
         self._synced_paths: set[str] = set()
@@ -522,19 +530,20 @@ class Scheduler:
         self._order = None
 
     def _enqueue(self, key: str) -> None:
-        if key not in self._queue:
-            self._queue.append(key)
+        self.queue.add(key)
         self._wake.set()
 
     def _requeue_unschedulable(self) -> None:
-        for key in list(self._unschedulable):
-            self._enqueue(key)
+        """A cluster event that may make parked pods fit (upstream's MoveAllToActiveOrBackoffQueue)."""
+        self.queue.move_all(self._clock())
+        self._wake.set()
 
     def on_pod_event(self, etype: str, pod: Obj) -> None:
         key = self._key(pod)
         if etype == "DELETED":
             old = self.pods.get(key)
             self._set_pod(key, None)
+            self.queue.delete(key)
             self._unschedulable.pop(key, None)
             self._events.pop(key, None)
             if old is not None and _spec(old).get("nodeName"):
@@ -547,9 +556,10 @@ class Scheduler:
                 pod = {**pod, "spec": {**_spec(pod), "nodeName": _spec(old)["nodeName"]}}
         self._set_pod(key, pod)
         if needs_scheduling(pod):
-            if key not in self._unschedulable:
+            if key not in self.queue:
                 self._enqueue(key)
         else:
+            self.queue.delete(key)
             self._unschedulable.pop(key, None)
             if old is not None and not is_terminal(old) and is_terminal(pod):
                 self._requeue_unschedulable()
@@ -589,17 +599,17 @@ class Scheduler:
     # scheduling --------------------------------------------------------------------------------
 
     async def schedule_pending(self) -> None:
-        """Try every queued pod once."""
-        queue, self._queue = self._queue, []
-        for key in queue:
+        """Try every pod of activeQ once (backoffs that elapsed and leftovers included)."""
+        for key in self.queue.pop_all(self._clock()):
             pod = self.pods.get(key)
             if pod is None or not needs_scheduling(pod):
+                self.queue.delete(key)
                 continue
             try:
                 await self.schedule_one(pod)
             except Exception:  # a failed API call must not stop the scheduler
                 log.exception("scheduling %s failed", key)
-                self._unschedulable.setdefault(key, "")
+                self.queue.backoff(key, self._clock())
 
     async def schedule_one(self, pod: Obj) -> Decision:
         key = self._key(pod)
@@ -613,12 +623,14 @@ class Scheduler:
                                      {"metadata": {"annotations": {SELECTED_NODE: decision.node}}})
             if waiting:  # PreBind waits for the claims to be bound before the pod is
                 self._unschedulable[key] = ""
+                self.queue.unschedulable(key, self._clock())  # a claim's update moves it back
                 self._waiting_volumes.add(key)
                 return Decision(None, "", {})
         self._waiting_volumes.discard(key)
         if decision.node is None:
             first = self._unschedulable.get(key) != decision.message
             self._unschedulable[key] = decision.message
+            self.queue.unschedulable(key, self._clock())
             if first:
                 cond = {
                     "type": "PodScheduled",
@@ -645,6 +657,7 @@ class Scheduler:
         # cycle): the next decision already counts this pod on its node, and a thousand pending
         # pods are not bound one round trip after another.
         self._unschedulable.pop(key, None)
+        self.queue.delete(key)
         self._set_pod(key, {**pod, "spec": {**_spec(pod), "nodeName": decision.node}})
         task = asyncio.get_running_loop().create_task(self._bind(pod, binding, decision.node))
         self._binding.add(task)
@@ -665,7 +678,7 @@ class Scheduler:
                 current = self.pods.get(key)
                 if current is not None and _spec(current).get("nodeName") == node and not _spec(pod).get("nodeName"):
                     self._set_pod(key, pod)
-                self._enqueue(key)
+                self.queue.backoff(key, self._clock())
                 self._wake.set()
                 return
             await self._record_event(pod, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {node}")
@@ -775,12 +788,13 @@ class Scheduler:
                                                                                         namespaced))))
         try:
             while True:
+                # Sleep until a watch event, or until a backoff elapses or parked pods are due
+                # (nothing to wait for before the caches are synced).
+                due = self.queue.next_due(self._clock()) if self.synced.is_set() else None
                 # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation.
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.retry_interval):
+                    async with asyncio.timeout(due):
                         await self._wake.wait()
-                if not self._wake.is_set():
-                    self._requeue_unschedulable()
                 self._wake.clear()
                 if self.synced.is_set():
                     await self.schedule_pending()
