@@ -14,8 +14,9 @@ upstream's split:
                     ``tables``, ``events_conv`` and ``protobuf`` are the pieces it and ``app`` use.
 - ``kubeletproxy``  pods/{name}/log|exec|attach|portforward and nodes/{name}/proxy, forwarded to
                     the node's kubelet API.
-- ``scheduler``, ``nodelifecycle``  controllers that, like upstream's, talk to the API server only
-                    through ``ApiClient`` and never touch storage.
+- ``scheduler``, ``nodelifecycle`` (+ ``tainteviction``, its NoExecute eviction workers)  controllers
+                    that, like upstream's, talk to the API server only through ``ApiClient`` and never
+                    touch storage.
 
 The server never imports ``pykubelet.agent``; what both need lives in ``pykubelet.common``.
 """
