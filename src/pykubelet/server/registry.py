@@ -304,21 +304,26 @@ class Registry:
         last_key: tuple[str, str] | None = None
         remaining = 0
         present = self._presenter(ri)
-        for key, raw in self.store.iter_raw(ri.key, ns):
-            if start is not None and key <= start:
-                continue
+        # A continued list starts at its continue key (bisection), and a full page stops the walk:
+        # a page costs O(page), not O(all objects).  As upstream, remainingItemCount is given only
+        # for lists without selectors (counted from the sorted keys); with selectors it is unset.
+        unfiltered = not label_sel and not field_sel
+        more = False
+        for key, raw in self.store.iter_raw(ri.key, ns, after=start):
             if "metadata.name" in eq and key[1] != eq["metadata.name"]:
                 continue
             obj = present(raw)
             if not (lmatch(obj) and fmatch(obj)):
                 continue
             if limit and len(out) >= limit:
-                remaining += 1
-                continue
+                more = True
+                break
             out.append((key, raw, obj))
             last_key = key
-        next_cont = _encode_continue(rev, last_key) if remaining and last_key else None
-        return out, rev, next_cont, (remaining if next_cont else None)
+        if more and last_key is not None and unfiltered:
+            remaining = self.store.count_after(ri.key, ns, last_key)
+        next_cont = _encode_continue(rev, last_key) if more and last_key else None
+        return out, rev, next_cont, (remaining if next_cont and unfiltered else None)
 
     def list_objects(self, ri: ResourceInfo, ns: str | None, label_sel: str | None, field_sel: str | None,
                      limit: int | None, cont: str | None) -> tuple[list[Obj], int, str | None, int | None]:

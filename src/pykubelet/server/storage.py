@@ -293,19 +293,35 @@ class Storage:
             data = cache[(namespace, name)] = json.dumps(obj, separators=(",", ":")).encode()
         return data
 
-    def iter_raw(self, resource: str, namespace: str | None = None) -> Iterator[tuple[tuple[str, str], Obj]]:
-        """Sorted (key, stored object) pairs without copying; callers must not mutate."""
-        items = self._objects[resource]
+    def _sorted_keys(self, resource: str) -> list[tuple[str, str]]:
         keys = self._order.get(resource)
         if keys is None:  # sorted once per create/delete of the resource, not per list
-            keys = self._order[resource] = sorted(items)
+            keys = self._order[resource] = sorted(self._objects[resource])
+        return keys
+
+    def iter_raw(self, resource: str, namespace: str | None = None,
+                 after: tuple[str, str] | None = None) -> Iterator[tuple[tuple[str, str], Obj]]:
+        """Sorted (key, stored object) pairs without copying; callers must not mutate.  ``after``:
+        only keys past it (a list's ``continue``), found by bisection, so a page costs O(page)."""
+        items = self._objects[resource]
+        keys = self._sorted_keys(resource)
         i = 0 if namespace is None else bisect.bisect_left(keys, (namespace, ""))
-        for k in keys[i:] if i else keys:
+        if after is not None:
+            i = max(i, bisect.bisect_right(keys, after))
+        for j in range(i, len(keys)):
+            k = keys[j]
             if namespace is not None and k[0] != namespace:
                 break
             obj = items.get(k)
             if obj is not None:
                 yield k, obj
+
+    def count_after(self, resource: str, namespace: str | None, after: tuple[str, str]) -> int:
+        """How many objects of ``resource`` (in ``namespace``) sort after ``after``: a list's
+        ``remainingItemCount`` without walking them."""
+        keys = self._sorted_keys(resource)
+        end = len(keys) if namespace is None else bisect.bisect_left(keys, (namespace + "\x00", ""))
+        return max(0, end - bisect.bisect_right(keys, after))
 
     def resources(self) -> list[str]:
         return [r for r, objs in self._objects.items() if objs]
