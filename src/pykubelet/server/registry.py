@@ -268,7 +268,8 @@ class Registry:
             meta["continue"] = cont
             if remaining is not None:
                 meta["remainingItemCount"] = remaining
-        return self.pod_rows.table(objs, meta, keep=lambda k: self.store.peek("pods", *k) is not None)
+        return self.pod_rows.table(objs, meta, keep=lambda k: self.store.peek("pods", *k) is not None,
+                                   live=self.store.count("pods"))
 
     # ---------------------------------------------------------------- reads
     def _raw_get(self, ri: ResourceInfo, ns: str, name: str) -> Obj:

@@ -961,10 +961,11 @@ class PodRowCache:
         return row
 
     def table(self, pods: list[Obj], meta: dict[str, Any], *, now: datetime | None = None,
-              keep: Callable[[tuple[str, str]], bool] | None = None) -> bytes:
+              keep: Callable[[tuple[str, str]], bool] | None = None, live: int | None = None) -> bytes:
         """The same Table as ``to_table("pods", pods)`` with ``metadata`` ``meta``, as JSON bytes.
         ``keep(key)``: whether a cached (namespace, name) still exists, asked when the cache has
-        grown well past the listed pods (deleted pods' rows are dropped then)."""
+        grown well past the listed pods, or past ``live`` (how many pods exist: a page lists fewer),
+        deleted pods' rows are dropped then."""
         now = now or datetime.now(UTC)
         ages: dict[int, bytes] = {}
 
@@ -985,7 +986,7 @@ class PodRowCache:
                 continue
             rows.append(b"".join((row.head, _J(_restarts_text(row.restarts, row.last_restart, now)).encode(),
                                   b",", age(row.created), row.tail)))
-        if keep is not None and len(self._rows) > 2 * len(pods) + 1000:
+        if keep is not None and len(self._rows) > 2 * max(len(pods), live or 0) + 1000:
             self._rows = {k: r for k, r in self._rows.items() if keep(k)}
         head = _J({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
                    "columnDefinitions": POD_COLUMNS})
