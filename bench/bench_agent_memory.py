@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
 import tempfile
 import threading
@@ -37,9 +36,9 @@ from scale_common import (
     ControlPlane,
     list_rv,
     pod_ready,
+    remove_data_dir,
     start_fakecri,
     stop_process,
-    unmount_under,
     watch_until,
 )
 
@@ -126,11 +125,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await stop_process(agent, "agent")
         await cp.stop()
         await stop_process(fake, "fakecri")
-        await asyncio.to_thread(unmount_under, tmp)
-        if args.keep:
-            log(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        await remove_data_dir(tmp, args.keep)
     return result
 
 

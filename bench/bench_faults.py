@@ -716,7 +716,7 @@ async def node_loss(api: ApiClient, kubeconfig: Path, tmp: Path, server_pid: int
 
 
 async def scale_faults(args: argparse.Namespace) -> dict[str, Any]:
-    from scale_common import ControlPlane, start_fakecri, stop_process, unmount_under
+    from scale_common import ControlPlane, remove_data_dir, start_fakecri, stop_process
 
     tmp = Path(tempfile.mkdtemp(prefix="pkfs-", dir="/tmp"))
     cp = ControlPlane(tmp / "data", extra=[
@@ -743,11 +743,7 @@ async def scale_faults(args: argparse.Namespace) -> dict[str, Any]:
         await stop_process(agent, "agent")
         await cp.stop()
         await stop_process(fake, "fakecri")
-        await asyncio.to_thread(unmount_under, tmp)
-        if args.keep:
-            log(f"data dir and logs kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        await remove_data_dir(tmp, args.keep)
     return result
 
 

@@ -60,12 +60,12 @@ from scale_common import (
     pod_ready,
     print_profile,
     py_spy,
+    remove_data_dir,
     start_fakecri,
     start_py_spy,
     stop_process,
     stop_py_spy,
     summarize_profile,
-    unmount_under,
     watch_until,
 )
 
@@ -228,10 +228,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await cp.stop()
         await stop_process(fake, "fakecri")
         await stop_process(raw_fake, "raw fakecri")
-        n = await asyncio.to_thread(unmount_under, tmp)  # the pods' token volumes (tmpfs)
-        if n:
-            log(f"unmounted {n} pod volumes")
-        shutil.rmtree(tmp, ignore_errors=True)
+        await remove_data_dir(tmp)  # the pods' token volumes (tmpfs) first
     return result
 
 

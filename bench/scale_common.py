@@ -82,6 +82,17 @@ def unmount_under(root: Path) -> int:
     return len(targets)
 
 
+async def remove_data_dir(tmp: Path, keep: bool = False) -> None:
+    """The end of every run: unmount what the pods left mounted, then remove (or keep) the folder."""
+    n = await asyncio.to_thread(unmount_under, tmp)
+    if n:
+        log(f"unmounted {n} pod volumes")
+    if keep:
+        log(f"data dir and logs kept in {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 async def start_fakecri(sock: Path, log_path: Path) -> subprocess.Popen[bytes]:
     proc = spawn([sys.executable, "-m", "pykubelet", "fakecri", "--listen", f"unix://{sock}"], log_path)
     for _ in range(200):
