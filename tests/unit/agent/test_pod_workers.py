@@ -178,6 +178,9 @@ async def test_an_idle_pod_is_synced_again_every_resync_interval() -> None:
     w.update_pod(update(SyncPodType.CREATE, "a"))
     await until(lambda: len(s.syncs_of("uid-a")) >= 3)
     await w.stop()
+    # nothing changed: the same pod synced again and again by its own timer, never two syncs at once
+    assert len({c for c in s.calls if c[1] == "uid-a"}) == 1
+    assert s.max_active["uid-a"] == 1
 
 
 async def test_resyncs_of_1000_pods_started_together_are_spread_over_the_sync_period() -> None:
