@@ -8,12 +8,13 @@ module decides *what* a sync does, as upstream's three methods:
   the status manager (skipped when nothing it is made from changed since a generation that changed
   nothing: a periodic resync of an idle pod costs no generation and no comparison); stop if the pod
   is terminal or its ``activeDeadlineSeconds`` passed (``DeadlineExceeded``); register its probes;
-  make sure its mirror pod exists (static pods); run the ``PodLifecycleHook``s that must succeed before containers start (pod directories, the pod cgroup;
-  volumes plug in here); then ``RuntimeManager.sync_pod``. When that started containers the runtime
-  is re-read at once (the PLEG's targeted ``update_pod``: cache and events, so the next relist has
-  nothing left to fetch) and the new status handed over, so ``Running`` reaches the API without
-  waiting for the next relist. A crash-loop back-off or a deadline asks the worker to come back
-  (``requeue_after``), since nothing else would wake it in time.
+  make sure its mirror pod exists (static pods); run the ``PodLifecycleHook``s that must succeed
+  before containers start (pod directories, the pod cgroup; volumes plug in here); then
+  ``RuntimeManager.sync_pod``. When that started containers the runtime is re-read at once (the
+  PLEG's targeted ``update_pod``: cache and events, so the next relist has nothing left to fetch)
+  and the new status handed over, so ``Running`` reaches the API without waiting for the next
+  relist. A crash-loop back-off or a deadline asks the worker to come back (``requeue_after``),
+  since nothing else would wake it in time.
 - ``sync_terminating_pod``: stop every container with the grace period, report the final status.
 - ``sync_terminated_pod``: remove the probes, release the hooks (cgroup), let the status manager
   confirm the deletion to the API.
