@@ -73,16 +73,20 @@ class ServerHandle:
 CONTROLLERS = ("scheduler", "node-lifecycle", "persistentvolume", *kcm.names())
 
 
-def _make_controller(name: str, api: ApiClient, kw: dict[str, Any]) -> kcm.Runnable:
-    """One controller, configured from ``controller_kwargs`` (``server/controllers`` registry)."""
+def _make_controller(name: str, api: ApiClient, kw: dict[str, Any],
+                     shared: kit.SharedInformers | None = None) -> kcm.Runnable:
+    """One controller, configured from ``controller_kwargs`` (``server/controllers`` registry).
+    ``shared``: the server's shared informers, which the scheduler, node lifecycle and PV
+    controllers follow too (one watch and one decoded copy of each pod for all of them)."""
     if name in kcm.REGISTRY:
         return kcm.make(name, api, kw)
     if name == "scheduler":
-        return Scheduler(api, **{k: kw[k] for k in ("retry_interval",) if k in kw})
+        return Scheduler(api, informers=shared, **{k: kw[k] for k in ("retry_interval",) if k in kw})
     if name == "persistentvolume":
-        return PersistentVolumeController(api, base_dir=Path(kw["local_path_dir"]))
+        return PersistentVolumeController(api, base_dir=Path(kw["local_path_dir"]), informers=shared)
     return NodeLifecycleController(
-        api, **{k: kw[k] for k in ("grace_period", "monitor_period", "eviction_timeout") if k in kw})
+        api, informers=shared,
+        **{k: kw[k] for k in ("grace_period", "monitor_period", "eviction_timeout") if k in kw})
 
 
 async def _run_controller(name: str, url: str, token: str, ca: Path, kwargs: dict[str, Any],
@@ -91,8 +95,8 @@ async def _run_controller(name: str, url: str, token: str, ca: Path, kwargs: dic
     try:
         while True:
             if shared is not None:
-                with kit.sharing(shared):  # one pod watch for all the kit's controllers, not one each
-                    ctl = _make_controller(name, api, kwargs)
+                with kit.sharing(shared):  # one pod watch for all the controllers, not one each
+                    ctl = _make_controller(name, api, kwargs, shared)
             else:
                 ctl = _make_controller(name, api, kwargs)
             try:

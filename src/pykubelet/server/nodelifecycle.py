@@ -56,6 +56,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from pykubelet.common.apiclient import ApiError
+from pykubelet.server.controllers import kit
 from pykubelet.server.tainteviction import (
     EventRecorder,
     KeyQueue,
@@ -265,8 +266,10 @@ class NodeLifecycleController:
         eviction_timeout: float = 300.0,
         monitor_period: float = 5.0,
         clock: Callable[[], datetime] = _utcnow,
+        informers: kit.SharedInformers | None = None,
     ) -> None:
         self.api = api
+        self.informers = informers  # the server's shared watches (one decoded pod for all controllers)
         self.grace_period = grace_period
         # Default toleration length applied by admission (DefaultTolerationSeconds); eviction itself
         # follows each pod's tolerations, as upstream's taint-based eviction does.
@@ -453,16 +456,22 @@ class NodeLifecycleController:
 
     # loops -------------------------------------------------------------------------------------
 
+    def _path_synced(self, path: str) -> None:
+        self._synced.add(path)
+        if len(self._synced) == 3:
+            self._all_synced.set()
+
     async def _reflect(self, path: str, handler: Callable[[str, Obj], None]) -> None:
+        if self.informers is not None:  # the shared watch of path feeds this controller
+            await kit.follow(self.informers, path, handler, lambda: self._path_synced(path))
+            return
         while True:
             try:
                 lst = await self.api.list(path)
                 items = lst.get("items") or []
                 for item in items:
                     handler("ADDED", item)
-                self._synced.add(path)
-                if len(self._synced) == 3:
-                    self._all_synced.set()
+                self._path_synced(path)
                 rv = (lst.get("metadata") or {}).get("resourceVersion")
                 async for etype, obj in self.api.watch(path, resource_version=rv):
                     if etype in ("ADDED", "MODIFIED", "DELETED"):

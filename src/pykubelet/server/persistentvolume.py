@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 from pykubelet.common.apiclient import ApiError
 from pykubelet.common.quantity import QuantityError, parse_quantity
+from pykubelet.server.controllers import kit
 from pykubelet.server.scheduler import match_node_selector_terms
 
 log = logging.getLogger(__name__)
@@ -309,8 +310,10 @@ _PATHS = {
 class PersistentVolumeController:
     """List+watch claims, volumes, classes, nodes and pods; act on :func:`plan`."""
 
-    def __init__(self, api: PVApi, *, base_dir: Path, resync_period: float = RESYNC_PERIOD) -> None:
+    def __init__(self, api: PVApi, *, base_dir: Path, resync_period: float = RESYNC_PERIOD,
+                 informers: kit.SharedInformers | None = None) -> None:
         self.api = api
+        self.informers = informers  # the server's shared watches (one decoded pod for all controllers)
         self.base_dir = base_dir
         self.resync_period = resync_period
         self.cache: dict[str, dict[str, Obj]] = {k: {} for k in _PATHS}
@@ -385,9 +388,24 @@ class PersistentVolumeController:
         m = _meta(o)
         return f"{m.get('namespace', '')}/{m.get('name', '')}" if kind in ("pvcs", "pods") else str(m.get("name", ""))
 
+    def _synced_kind(self, kind: str) -> None:
+        self._synced.add(kind)
+        self._wake.set()
+
     async def _reflect(self, kind: str) -> None:
         path = _PATHS[kind]
         cache = self.cache[kind]
+        if self.informers is not None:  # the shared watch of path feeds this controller
+            def handle(etype: str, obj: Obj) -> None:
+                key = self._key(kind, obj)
+                if etype == "DELETED":
+                    cache.pop(key, None)
+                else:
+                    cache[key] = obj
+                if kind != "pods" or self.cache["pvcs"] or self.cache["pvs"]:
+                    self._wake.set()  # pods matter only once there are claims or volumes
+            await kit.follow(self.informers, path, handle, lambda: self._synced_kind(kind))
+            return
         while True:
             try:
                 lst = await self.api.list(path)

@@ -8,6 +8,7 @@ from pykubelet.server.scheduler import (
     fit_error_message,
     match_node_selector_terms,
     schedule,
+    score_node,
 )
 from tests.builders import container, node, pod
 from tests.fakes import FakeApi
@@ -26,6 +27,18 @@ def test_insufficient_cpu_message() -> None:
     d = schedule(pending(containers=needs_cpu("3")), [sched_node("n1")], [])
     assert d.node is None
     assert d.message == "0/1 nodes are available: 1 Insufficient cpu."
+
+
+def test_least_allocated_score_is_the_mean_free_share_of_cpu_and_memory_rounded_down() -> None:
+    big = node("n1", allocatable={"cpu": "4", "memory": "8Gi", "pods": "110"})
+    # a pod without requests counts as 100m / 200Mi: cpu 3900/4000 free = 97, memory 7992/8192 = 97
+    assert score_node(pending(), big, []) == 97
+    # 1 cpu + 2Gi beside a request-less pod: cpu 2900/4000 = 72, memory 5944/8192 = 72
+    wants = pending(containers=[container(requests={"cpu": "1", "memory": "2Gi"})])
+    assert score_node(wants, big, [pending("other", node_name="n1")]) == 72
+    # more than the node has scores 0 for that resource; millicores count exactly
+    assert score_node(pending(containers=[container(requests={"cpu": "4001m"})]), big, []) == 48
+    assert score_node(pending(containers=[container(requests={"cpu": "1m"})]), big, []) == 98
 
 
 def test_bound_pods_consume_capacity_but_terminal_ones_do_not() -> None:

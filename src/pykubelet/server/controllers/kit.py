@@ -256,6 +256,37 @@ class SharedInformers:
         self._tasks.clear()
 
 
+EventHandler = Callable[[str, Obj], None]
+
+
+async def follow(factory: SharedInformers, path: str, handler: EventHandler,
+                 on_synced: Callable[[], None] | None = None) -> None:
+    """Feed ``handler(type, obj)`` from ``factory``'s informer of ``path`` until cancelled.
+
+    For the controllers written around their own list+watch loop (scheduler, node lifecycle, PV
+    controller): they get the events of the one shared watch, so a pod is decoded and cached once
+    for all of them instead of once each. Objects in the shared cache are shared: handlers must not
+    change them. A relist's difference arrives as ADDED / MODIFIED / DELETED, as a relist of their
+    own would. ``on_synced`` is called once the cache holds the first list (its objects already
+    handed over as ADDED). The handlers are removed when the caller is cancelled.
+    """
+    inf = factory.informer(path)
+    h = _Handlers(inf, lambda o: handler("ADDED", o), lambda _old, new: handler("MODIFIED", new),
+                  lambda o: handler("DELETED", o), late=inf.synced.is_set())
+    inf.add_handlers(on_add=h.on_add, on_update=h.on_update, on_delete=h.on_delete)
+    try:
+        if h.late:  # the informer listed before this follower came: replay its cache as adds
+            for obj in list(inf.cache.values()):
+                handler("ADDED", obj)
+        factory.start(inf)
+        await inf.synced.wait()
+        if on_synced is not None:
+            on_synced()
+        await asyncio.Future()  # events arrive through the handlers until cancelled
+    finally:
+        inf.remove_handlers(h)
+
+
 class _Building:
     def __init__(self, factory: SharedInformers) -> None:
         self.factory = factory
