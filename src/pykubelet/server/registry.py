@@ -25,6 +25,7 @@ import datetime as dt
 import functools
 import json
 import logging
+import posixpath
 import secrets
 import uuid
 from collections.abc import Callable
@@ -66,7 +67,7 @@ from pykubelet.server.patch import apply_patch, strategic_merge
 from pykubelet.server.resources import BY_GVR, BY_KEY, ResourceInfo, namespaced_resources
 from pykubelet.server.selectors import parse_field_selector, parse_label_selector
 from pykubelet.server.services import ServiceAllocator, kubernetes_endpoints, validate_endpoint_slice
-from pykubelet.server.storage import Obj, Storage
+from pykubelet.server.storage import Compacted, Obj, Storage
 from pykubelet.server.validation import (
     resource_version_error,
     string_data_to_data,
@@ -110,18 +111,67 @@ class RequestContext:
     admission_warnings: list[str] = field(default_factory=list)  # e.g. Pod Security's warn mode
 
 
-def _encode_continue(rv: int, key: tuple[str, str]) -> str:
-    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": f"{key[0]}/{key[1]}"}).encode()
-    return base64.urlsafe_b64encode(raw).decode()
+# Upstream's messages (k8s.io/apiserver storage/etcd3 and storage/continue.go) for a continue
+# token whose revision the store no longer holds.
+CONTINUE_EXPIRED = ("The provided continue parameter is too old to display a consistent list result. "
+                    "You can start a new list without the continue parameter, or use the continue token in "
+                    "this response to retrieve the remainder of the results. Continuing with the provided "
+                    "token results in an inconsistent list - objects that were created, modified, or deleted "
+                    "between the time the first chunk was returned and now may show up in the list.")
 
 
-def _decode_continue(tok: str) -> tuple[str, str]:
+class ContinueExpired(StatusError):
+    """410 Expired for a continue token older than the store's history, carrying (in the Status's
+    ``metadata.continue``) a token for the rest of the list at the current revision, as upstream's
+    ``handleCompactedErrorForPaging`` does (``rv: -1``: "continue at the latest revision")."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__(410, "Expired", CONTINUE_EXPIRED)
+        self.token = token
+
+    def status(self) -> dict[str, Any]:
+        st = super().status()
+        st["metadata"] = {"continue": self.token}
+        return st
+
+
+def _start_text(ri: ResourceInfo, ns: str | None, key: tuple[str, str]) -> str:
+    """A key as upstream's continue ``start``: relative to the listed prefix (``<name>`` in a
+    namespace or for a cluster-scoped resource, ``<namespace>/<name>`` across namespaces)."""
+    return f"{key[0]}/{key[1]}" if ns is None and ri.namespaced else key[1]
+
+
+def _encode_continue(rv: int, start: str) -> str:
+    """``storage.EncodeContinue``: unpadded URL-safe base64 of ``{"v","rv","start"}``."""
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_continue(tok: str, ri: ResourceInfo, ns: str | None) -> tuple[int, tuple[str, str], str]:
+    """``storage.DecodeContinue``: (revision, first key to list, the token's start text); 400
+    with upstream's messages for a token that does not decode.  Revision -1: the current one."""
+    def invalid_token(why: str) -> StatusError:
+        return bad_request(f"invalid continue token: continue key is not valid: {why}")
     try:
         d = json.loads(base64.urlsafe_b64decode(tok + "=" * (-len(tok) % 4)))
-        ns, _, name = str(d["start"]).partition("/")
-        return ns, name
-    except (ValueError, KeyError, TypeError, binascii.Error) as e:
-        raise bad_request("continue key is not valid: incorrect encoded start resourceVersion") from e
+    except (ValueError, TypeError, binascii.Error) as e:
+        raise invalid_token(str(e)) from e
+    if not isinstance(d, dict):
+        raise invalid_token("not a continue token")
+    if d.get("v") != "meta.k8s.io/v1":
+        raise invalid_token(f"server does not recognize this encoded version {json.dumps(str(d.get('v', '')))}")
+    rv, start = d.get("rv"), d.get("start")
+    if not isinstance(rv, int) or isinstance(rv, bool) or rv == 0:
+        raise invalid_token("incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
+    if not isinstance(start, str) or not start:
+        raise invalid_token("encoded start key empty (version meta.k8s.io/v1)")
+    rooted = start if start.startswith("/") else "/" + start
+    if posixpath.normpath(rooted) != rooted or rooted.startswith("//"):  # upstream's path.Clean check
+        raise invalid_token(start)
+    if ns is None and ri.namespaced:
+        key_ns, _, name = start.partition("/")
+        return rv, (key_ns, name), start
+    return rv, (ns or "", start), start
 
 
 class Registry:
@@ -289,8 +339,19 @@ class Registry:
 
     def _select(self, ri: ResourceInfo, ns: str | None, label_sel: str | None, field_sel: str | None,
                 limit: int | None, cont: str | None
-                ) -> tuple[list[tuple[tuple[str, str], Obj, Obj]], int, str | None, int | None]:
-        """(key, stored object, presented object) of one list page, and its revision and continue."""
+                ) -> tuple[list[tuple[tuple[str, str], Obj, Obj, bytes]], int, str | None, int | None]:
+        """(key, stored object, presented object, stored JSON) of one list page, and its revision,
+        continue token and remainingItemCount.
+
+        Consistent pages, as upstream's etcd3 store: a continue token carries the first page's
+        revision and every later page is read at it (:meth:`Storage.snapshot`: objects created,
+        changed or deleted since do not show), with that revision as its resourceVersion.  When
+        the store's history no longer reaches back to it: 410 Expired with a token (``rv: -1``)
+        for the rest of the list at the current revision, whose pages then carry that one.  A
+        page starts at its continue key (bisection) and a full page stops the walk: O(page), not
+        O(all objects).  As upstream, remainingItemCount is given only for lists without
+        selectors (counted from the key index); with selectors it is unset.
+        """
         if ri.virtual:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         lmatch = parse_label_selector(label_sel)
@@ -299,55 +360,60 @@ class Registry:
             if ns is not None and ns != eq["metadata.namespace"]:
                 return [], self.store.revision, None, None
             ns = eq["metadata.namespace"]
-        start = _decode_continue(cont) if cont else None
-        rev = self.store.revision
-        out: list[tuple[tuple[str, str], Obj, Obj]] = []
-        last_key: tuple[str, str] | None = None
-        remaining = 0
+        start: tuple[str, str] | None = None
+        at: int | None = None
+        if cont:
+            at, start, start_text = _decode_continue(cont, ri, ns)
+            try:
+                snap = self.store.snapshot(ri.key, ns, at if at > 0 else None)
+            except Compacted:
+                raise ContinueExpired(_encode_continue(-1, start_text)) from None
+            except ValueError as e:
+                raise bad_request(f"invalid continue token: {e}") from None
+        else:
+            snap = self.store.snapshot(ri.key, ns)
         present = self._presenter(ri)
-        # A continued list starts at its continue key (bisection), and a full page stops the walk:
-        # a page costs O(page), not O(all objects).  As upstream, remainingItemCount is given only
-        # for lists without selectors (counted from the sorted keys); with selectors it is unset.
-        unfiltered = not label_sel and not field_sel
+        name_eq = eq.get("metadata.name")
+        filtered = bool(label_sel or field_sel)
+        out: list[tuple[tuple[str, str], Obj, Obj, bytes]] = []
         more = False
-        for key, raw in self.store.iter_raw(ri.key, ns, after=start):
-            if "metadata.name" in eq and key[1] != eq["metadata.name"]:
+        for key, raw, data in snap.items(start):
+            if name_eq is not None and key[1] != name_eq:
                 continue
             obj = present(raw)
-            if not (lmatch(obj) and fmatch(obj)):
+            if filtered and not (lmatch(obj) and fmatch(obj)):
                 continue
             if limit and len(out) >= limit:
                 more = True
                 break
-            out.append((key, raw, obj))
-            last_key = key
-        if more and last_key is not None and unfiltered:
-            remaining = self.store.count_after(ri.key, ns, last_key)
-        next_cont = _encode_continue(rev, last_key) if more and last_key else None
-        return out, rev, next_cont, (remaining if next_cont and unfiltered else None)
+            out.append((key, raw, obj, data))
+        if not more:
+            return out, snap.rev, None, None
+        last = out[-1][0]
+        nxt = (last[0], last[1] + "\x00")  # upstream: the next page starts at lastKey + "\x00"
+        next_cont = _encode_continue(snap.rev, _start_text(ri, ns, nxt))
+        return out, snap.rev, next_cont, (None if filtered else snap.count_from(nxt))
 
     def list_objects(self, ri: ResourceInfo, ns: str | None, label_sel: str | None, field_sel: str | None,
                      limit: int | None, cont: str | None) -> tuple[list[Obj], int, str | None, int | None]:
         selected, rev, next_cont, remaining = self._select(ri, ns, label_sel, field_sel, limit, cont)
-        return [copy.deepcopy(obj) for _, _, obj in selected], rev, next_cont, remaining
+        return [copy.deepcopy(obj) for _, _, obj, _ in selected], rev, next_cont, remaining
 
     def list_shared(self, ri: ResourceInfo, ns: str | None, label_sel: str | None, field_sel: str | None,
                     limit: int | None, cont: str | None) -> tuple[list[Obj], int, str | None, int | None]:
         """Like :meth:`list_objects` without the copies: for rendering (Tables) right away; callers
         must not mutate the objects or hold them across an await."""
         selected, rev, next_cont, remaining = self._select(ri, ns, label_sel, field_sel, limit, cont)
-        return [obj for _, _, obj in selected], rev, next_cont, remaining
+        return [obj for _, _, obj, _ in selected], rev, next_cont, remaining
 
     def list_encoded(self, ri: ResourceInfo, ns: str | None, label_sel: str | None, field_sel: str | None,
                      limit: int | None, cont: str | None) -> tuple[list[bytes], int, str | None, int | None]:
         """Like :meth:`list_objects`, as each item's JSON: an object presented as stored reuses the
         bytes the store encoded once per revision, so a list of 10,000 pods copies no dict."""
         selected, rev, next_cont, remaining = self._select(ri, ns, label_sel, field_sel, limit, cont)
-        out: list[bytes] = []
-        for (ons, name), raw, obj in selected:
-            data = self.store.encoded(ri.key, ons, name) if obj is raw else None
-            out.append(data if data is not None else json.dumps(obj, separators=(",", ":")).encode())
-        return out, rev, next_cont, remaining
+        dumps = json.JSONEncoder(separators=(",", ":")).encode
+        return ([data if obj is raw else dumps(obj).encode() for _, raw, obj, data in selected],
+                rev, next_cont, remaining)
 
     # ---------------------------------------------------------------- helpers
     def _check_namespace(self, ri: ResourceInfo, ns: str, creating: bool = True) -> None:

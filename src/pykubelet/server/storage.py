@@ -54,8 +54,10 @@ import asyncio
 import bisect
 import collections
 import copy
+import heapq
 import json
 import logging
+import operator
 import os
 import sqlite3
 import stat
@@ -129,6 +131,7 @@ class WatchEvent:
     obj: Obj
     old: Obj | None = None
     _encoded: bytes | None = field(default=None, repr=False)
+    _old_encoded: bytes | None = field(default=None, repr=False)
 
     def encoded(self) -> bytes:
         """``obj`` as compact JSON, encoded once however many watchers receive the event."""
@@ -136,6 +139,99 @@ class WatchEvent:
             object.__setattr__(self, "_encoded", json.dumps(self.obj, separators=(",", ":")).encode())
         assert self._encoded is not None
         return self._encoded
+
+    def old_encoded(self) -> bytes:
+        """``old`` as compact JSON (encoded on first use: only a list page at an older revision
+        asks), ``b""`` for an ADDED event."""
+        if self._old_encoded is None:
+            data = b"" if self.old is None else json.dumps(self.old, separators=(",", ":")).encode()
+            object.__setattr__(self, "_old_encoded", data)
+        assert self._old_encoded is not None
+        return self._old_encoded
+
+
+class Compacted(Exception):
+    """A read at a revision the store no longer holds: older than the watch history's floor
+    (upstream: etcd's ``ErrCompacted``, which the API server answers with 410 Expired)."""
+
+    def __init__(self, rev: int, floor: int) -> None:
+        super().__init__(f"revision {rev} is compacted (oldest held: {floor})")
+        self.rev = rev
+        self.floor = floor
+
+
+Key = tuple[str, str]
+
+
+class Snapshot:
+    """One resource (in one namespace, or all) as it was at revision ``rev``, for the pages of a
+    list after its first (upstream reads etcd at the continue token's revision).
+
+    Nothing is copied when the list starts: a page is the store's current sorted keys with the
+    writes made since ``rev`` undone from the watch history (each key touched since then reads as
+    the ``old`` of its first later event, or as absent if that event created it).  A page costs
+    O(page + events since ``rev``) and the store keeps nothing per list; a revision older than the
+    history's floor is :class:`Compacted`.
+    """
+
+    def __init__(self, store: Storage, resource: str, namespace: str | None, rev: int,
+                 overlay: dict[Key, WatchEvent]) -> None:
+        self.store = store
+        self.resource = resource
+        self.namespace = namespace
+        self.rev = rev
+        self._overlay = overlay  # key -> first event after rev (its ``old`` is the key at rev)
+
+    def _bounds(self, start: Key | None) -> tuple[list[Key], int, int]:
+        keys = self.store._sorted_keys(self.resource)
+        ns = self.namespace
+        lo = 0 if ns is None else bisect.bisect_left(keys, (ns, ""))
+        if start is not None:
+            lo = max(lo, bisect.bisect_left(keys, start))
+        hi = len(keys) if ns is None else bisect.bisect_left(keys, (ns + "\x00", ""), lo)
+        return keys, lo, hi
+
+    def _current(self, start: Key | None) -> Iterator[tuple[Key, Obj, bytes]]:
+        keys, lo, hi = self._bounds(start)
+        items = self.store._objects[self.resource]
+        cache = self.store._encoded[self.resource]
+        overlay = self._overlay
+        for j in range(lo, hi):
+            k = keys[j]
+            if k in overlay:
+                continue
+            obj = items.get(k)
+            if obj is None:
+                continue
+            data = cache.get(k)
+            if data is None:
+                data = cache[k] = json.dumps(obj, separators=(",", ":")).encode()
+            yield k, obj, data
+
+    def _past(self, start: Key | None) -> Iterator[tuple[Key, Obj, bytes]]:
+        for k in sorted(k for k, ev in self._overlay.items() if ev.old is not None and (start is None or k >= start)):
+            ev = self._overlay[k]
+            assert ev.old is not None
+            yield k, ev.old, ev.old_encoded()
+
+    def items(self, start: Key | None = None) -> Iterator[tuple[Key, Obj, bytes]]:
+        """(key, stored object, its compact JSON) at ``rev``, sorted, from ``start`` on (inclusive:
+        a continue token's start key is the last key listed + ``"\\x00"``, as upstream's).
+        Callers must not mutate the objects."""
+        if not self._overlay:
+            return self._current(start)
+        return heapq.merge(self._current(start), self._past(start), key=operator.itemgetter(0))
+
+    def count_from(self, start: Key) -> int:
+        """How many objects sort at or after ``start`` at ``rev``: a page's ``remainingItemCount``
+        from the key index, without walking them."""
+        _keys, lo, hi = self._bounds(start)
+        n = max(0, hi - lo)
+        items = self.store._objects[self.resource]
+        for k, ev in self._overlay.items():
+            if k >= start:
+                n += (ev.old is not None) - (k in items)
+        return n
 
 
 @dataclass(eq=False)
@@ -299,15 +395,12 @@ class Storage:
             keys = self._order[resource] = sorted(self._objects[resource])
         return keys
 
-    def iter_raw(self, resource: str, namespace: str | None = None,
-                 after: tuple[str, str] | None = None) -> Iterator[tuple[tuple[str, str], Obj]]:
-        """Sorted (key, stored object) pairs without copying; callers must not mutate.  ``after``:
-        only keys past it (a list's ``continue``), found by bisection, so a page costs O(page)."""
+    def iter_raw(self, resource: str, namespace: str | None = None) -> Iterator[tuple[tuple[str, str], Obj]]:
+        """Sorted (key, stored object) pairs without copying; callers must not mutate.  A list's
+        pages read a :meth:`snapshot` instead."""
         items = self._objects[resource]
         keys = self._sorted_keys(resource)
         i = 0 if namespace is None else bisect.bisect_left(keys, (namespace, ""))
-        if after is not None:
-            i = max(i, bisect.bisect_right(keys, after))
         for j in range(i, len(keys)):
             k = keys[j]
             if namespace is not None and k[0] != namespace:
@@ -316,12 +409,23 @@ class Storage:
             if obj is not None:
                 yield k, obj
 
-    def count_after(self, resource: str, namespace: str | None, after: tuple[str, str]) -> int:
-        """How many objects of ``resource`` (in ``namespace``) sort after ``after``: a list's
-        ``remainingItemCount`` without walking them."""
-        keys = self._sorted_keys(resource)
-        end = len(keys) if namespace is None else bisect.bisect_left(keys, (namespace + "\x00", ""))
-        return max(0, end - bisect.bisect_right(keys, after))
+    def snapshot(self, resource: str, namespace: str | None, rev: int | None = None) -> Snapshot:
+        """``resource`` (in ``namespace``) at revision ``rev`` (``None``: now), to read list pages
+        from.  Raises :class:`Compacted` when the watch history no longer reaches back to ``rev``,
+        ``ValueError`` for a revision the store has not reached."""
+        if rev is None or rev == self.revision:
+            return Snapshot(self, resource, namespace, self.revision, {})
+        if rev > self.revision:
+            raise ValueError(f"revision {rev} is newer than the store's ({self.revision})")
+        if rev < self._floor:
+            raise Compacted(rev, self._floor)
+        overlay: dict[Key, WatchEvent] = {}
+        for ev in reversed(self._history):  # newest first: the last one kept per key is its first after rev
+            if ev.rv <= rev:
+                break
+            if ev.resource == resource and (namespace is None or ev.namespace == namespace):
+                overlay[(ev.namespace, ev.name)] = ev
+        return Snapshot(self, resource, namespace, rev, overlay)
 
     def resources(self) -> list[str]:
         return [r for r, objs in self._objects.items() if objs]
