@@ -25,6 +25,10 @@ running arrived and when Ready did: the medians and 90th percentiles of those ga
 dominates (``phases`` in the JSON). CPU-seconds (utime+stime) of agent, server and fakecri over the
 start are reported next to the wall time: on a shared machine they move less than wall times.
 
+CRI calls per pod: the agent's ``kubelet_runtime_operations_total`` (read through the API server's
+``nodes/<node>/proxy/metrics``) before the first POST and once every pod is Ready, by operation,
+divided by the pod count (``cri_calls_per_pod``; the raw baseline makes 5 per pod plus one pull).
+
 ``--profile-start``: py-spy samples the agent and fakecri over the start window (share of samples
 by function), to see where the per-pod CPU goes.
 
@@ -84,6 +88,25 @@ def bound_pod(name: str) -> dict[str, Any]:
     pod["spec"]["nodeName"] = NODE_NAME  # pre-bound: measure the agent, not the scheduler
     pod["spec"]["terminationGracePeriodSeconds"] = 1
     return pod
+
+
+async def runtime_operations(api: Any, node: str) -> dict[str, float]:
+    """The agent's ``kubelet_runtime_operations_total`` by operation type, through the API server's
+    node proxy (``nodes/<node>/proxy/metrics``); empty when it cannot be read."""
+    headers = {**api._headers, **api._auth_headers(), "Accept": "text/plain"}
+    try:
+        async with api._sess().get(f"{api.server}/api/v1/nodes/{node}/proxy/metrics", headers=headers) as resp:
+            text = await resp.text()
+    except Exception as e:
+        log(f"agent metrics unavailable: {e}")
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("kubelet_runtime_operations_total{"):
+            labels, _, value = line.rpartition(" ")
+            op = labels.split('operation_type="', 1)[-1].split('"', 1)[0]
+            out[op] = out.get(op, 0.0) + float(value)
+    return out
 
 
 async def raw_cri(endpoint: str, n: int, logs_dir: Path) -> tuple[float, float]:
@@ -171,6 +194,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         pids = {"agent": agent.pid, "server": cp.pid, "fakecri": fake.pid}
         spies = ({k: (await start_py_spy(pids[k], tmp / f"{k}-start.txt"), tmp / f"{k}-start.txt")
                   for k in ("agent", "fakecri")} if args.profile_start else {})
+        ops0 = await runtime_operations(api, NODE_NAME)
         start_sampler = Sampler(pids).start()
         t0 = time.monotonic()
         sem = asyncio.Semaphore(32)
@@ -186,6 +210,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["median_ready_s"] = round(sorted(seen.values())[len(seen) // 2] - t0, 2)
         result["ratio_to_raw"] = round(result["all_ready_s"] / result["raw_cri_s"], 2)
         result["during_start"] = await start_sampler.stop()
+        ops1 = await runtime_operations(api, NODE_NAME)
+        if ops1:
+            per_op = {k: round((v - ops0.get(k, 0.0)) / args.pods, 2) for k, v in sorted(ops1.items())
+                      if v - ops0.get(k, 0.0) > 0}
+            result["cri_calls_per_pod"] = {"total": round(sum(per_op.values()), 2), **per_op}
         for v in result["during_start"].values():
             v["cpu_s"] = round(v["cpu_pct"] * v["seconds"] / 100, 2)
         result["phases"] = phases(marks, t0)
@@ -196,6 +225,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             got = await stop_py_spy(spy, spy_out)
             if got is not None:
                 result[f"profile_start_{k}"] = summarize_profile(got, result["all_ready_s"], share=True)
+                if args.profile_out:
+                    shutil.copy(got, f"{args.profile_out}.{k}-start.txt")
         log(f"{args.pods} pods Ready in {result['all_ready_s']} s (created in {result['all_created_s']} s; "
             f"{ratio(result['all_ready_s'], result['raw_cri_s'])} the raw CRI calls)")
 
@@ -262,6 +293,8 @@ def report(r: dict[str, Any]) -> None:
           f"all Ready {r['all_ready_s']:.2f} s = {r['ratio_to_raw']:.2f}x the raw calls "
           f"(goal <= {TARGET_START_S:.0f} s: {'MET' if t.get('start_s') else 'NOT MET'}, "
           f"<= {TARGET_START_RATIO:.0f}x: {'MET' if t.get('start_ratio') else 'NOT MET'})")
+    if "cri_calls_per_pod" in r:
+        print(f"agent CRI calls per pod over the start: {r['cri_calls_per_pod']}")
     for name, v in r.get("during_start", {}).items():
         print(f"while starting, {name}: CPU {v['cpu_pct']:.1f} % of one core ({v.get('cpu_s', 0):.1f} CPU-s), "
               f"RSS max {v['rss_max_mb']:.1f} MB")
@@ -288,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle", type=float, default=10.0, help="seconds between all Ready and the idle window")
     p.add_argument("--profile", type=float, default=0.0, help="py-spy the idle agent for this many seconds")
     p.add_argument("--profile-start", action="store_true", help="py-spy agent and fakecri during the start")
-    p.add_argument("--profile-out", default=None, help="keep the raw py-spy output here")
+    p.add_argument("--profile-out", default=None, help="keep the raw py-spy output here (the start's as <path>.<process>-start.txt)")
     p.add_argument("--quick", action="store_true", help="100 pods, hold 10 s")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)

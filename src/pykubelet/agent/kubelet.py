@@ -164,8 +164,9 @@ class Kubelet:
         self.syncer = PodSyncer(
             pods=self.pod_manager, runtime=self.runtime_manager, cache=self.cache, statuses=self.status_manager,
             probes=self.probes, recorder=recorder, mirror=mirror, host_ips=self.host_ips, hooks=self.pod_hooks,
-            refresh=self.pleg.update_pod,
+            refresh=self.pleg.update_pod, listed_without=self.pleg.listed_without,
         )
+        self.pleg.making = self.syncer.is_making  # a relist leaves a pod being made to its sync
         # each worker resyncs its pod syncFrequency (+ up to 50 % jitter) after its last sync, as upstream
         self.pod_workers = PodWorkers(self.syncer, resync_interval=lambda: max(1.0, self.config.sync_frequency))
         # what the admitted, non-terminated pods take from the node, kept as they come and go

@@ -29,6 +29,8 @@ relist period (and a relist at 1,000 pods does not re-fetch 1,000 statuses it al
 relist stays the safety net and emits no event twice: a targeted update records the states it
 reported (the relist's own "old" view) and the query time; a relist that listed before that time
 leaves the pod to the targeted view, and a targeted answer older than a finished relist is dropped.
+A pod new to the PLEG whose first sync is in flight (``making``) is left to that sync's targeted
+update: no status fetch, no event sent twice; the next relist finds it if the sync reported nothing.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -74,6 +76,10 @@ class PodLifecycleEvent:
 def is_sync_pod_worthy(event: PodLifecycleEvent) -> bool:
     """Upstream ``isSyncPodWorthy``: a removed container changes nothing the pod worker acts on."""
     return event.type is not PodLifecycleEventType.CONTAINER_REMOVED
+
+
+StatusReader = Callable[[], Awaitable[RuntimePodStatus]]
+"""One pod's runtime status, read the way its caller knows best (``GenericPLEG.update_pod``)."""
 
 
 class RuntimeLister(Protocol):
@@ -136,6 +142,12 @@ class GenericPLEG:
         self._last_relist_mono: float | None = None
         self._task: asyncio.Task[None] | None = None
         self._targeted: dict[str, float] = {}  # uid → query time of its last targeted update
+        # pods the agent is making right now (a first sync in flight; None: none is left alone). A
+        # relist leaves a pod new to it to that sync's own targeted update instead of fetching its
+        # status (4 CRI calls) and sending events that sync reports anyway; if the sync ends without
+        # one, the next relist finds the pod as it would have.
+        self.making: Callable[[str], bool] | None = None
+        self._deferred: set[str] = set()  # the pods the last relist left to their sync
         self.relist_count = 0
 
     def healthy(self) -> bool:
@@ -167,12 +179,15 @@ class GenericPLEG:
         results = await asyncio.gather(*(one(uid) for uid in uids))
         return dict(zip(uids, results, strict=True))
 
-    async def update_pod(self, uid: str) -> RuntimePodStatus:
+    async def update_pod(self, uid: str, read: StatusReader | None = None) -> RuntimePodStatus:
         """Targeted update of one pod (see the module docstring): its fresh status is cached and the
-        changes since the states last reported for it are emitted now. Raises what the runtime raised."""
+        changes since the states last reported for it are emitted now. Raises what the runtime raised.
+        ``read``: how the caller reads this pod's status when it knows more than a relist would (a
+        pod worker that just made all of the pod's objects reads just those); its answer must carry
+        the time its query began, as ``get_pod_status``'s does."""
         ts = self.clock()
-        status = await self.manager.get_pod_status(uid)
-        if self._last_relist > ts:
+        status = await (read() if read is not None else self.manager.get_pod_status(uid))
+        if self._last_relist > ts and uid not in self._deferred:
             return self.cache.get(uid)  # a relist that listed after this query already reported it
         new = pod_states(status)
         old = self._old.get(uid, {})
@@ -183,6 +198,16 @@ class GenericPLEG:
             for event in _events(uid, cid, old.get(cid), new.get(cid)):
                 self._emit(event)
         return self.cache.get(uid)
+
+    def listed_without(self, uid: str) -> float | None:
+        """When the last complete relist began listing, if neither it nor a targeted update since
+        saw any sandbox or container of ``uid``; None if one did, or before the first relist. The
+        agent (the only maker of pod sandboxes on its node) uses it to start a pod it never synced
+        without asking the runtime about it again (upstream reads a new pod's status from this
+        cache too: ``podCache.GetNewerThan``)."""
+        if self._last_relist_mono is None or uid in self._old or uid in self._deferred:
+            return None
+        return self._last_relist
 
     def _emit(self, event: PodLifecycleEvent) -> None:
         try:
@@ -203,6 +228,10 @@ class GenericPLEG:
         changed = [uid for uid in current.keys() | old_pods.keys()
                    if ((new := current.get(uid)) is not (old := old_pods.get(uid)) and (new or {}) != (old or {}))
                    or not has(uid)]
+        deferred: set[str] = set()
+        if self.making is not None:
+            deferred = {uid for uid in changed if uid not in old_pods and uid in current and self.making(uid)}
+            changed = [uid for uid in changed if uid not in deferred]
         fetched = await self._statuses([uid for uid in changed if uid in current])
         # pods a targeted update queried after this listing began: their view and events stand
         newer = {uid for uid, at in self._targeted.items() if at >= ts}
@@ -228,9 +257,12 @@ class GenericPLEG:
                 events = [PodLifecycleEvent(uid, PodLifecycleEventType.POD_SYNC)]
             for event in events:
                 self._emit(event)
-        for uid in newer:
+        for uid in newer | deferred:
             if uid in self._old:
-                current[uid] = self._old[uid]
+                current[uid] = self._old[uid]  # what a targeted update reported stands
+            elif uid in deferred:
+                del current[uid]  # not reported yet: the next relist sees it as new
+        self._deferred = deferred
         self._targeted = {uid: self._targeted[uid] for uid in newer}
         self._old = current
         self._last_relist = ts

@@ -20,7 +20,13 @@ module decides *what* a sync does, as upstream's three methods:
   confirm the deletion to the API.
 
 The runtime view comes from the PLEG's cache when it is newer than this pod's last sync, else from a
-fresh runtime query (upstream ``podCache.GetNewerThan``). Probe results enter the status through the
+fresh runtime query (upstream ``podCache.GetNewerThan``). A pod this process never began to sync, of
+which a complete relist saw nothing (``runtime_has_nothing_of``), starts from an empty view without
+asking (upstream's cache answers a new pod the same way); a pod whose containers outlived an agent
+restart is listed by that relist, so it is adopted. While such a pod's first sync runs the relist
+leaves it to the sync (``is_making``), and when that sync made all of the pod's objects the re-read
+after starting asks for just those by id (``RuntimeManager.status_of_made``): a new pod costs no
+List call of its own. Probe results enter the status through the
 prober: each status generation first feeds it the runtime view (container id, running, started).
 """
 
@@ -39,8 +45,8 @@ from pykubelet.agent import metrics
 from pykubelet.agent.container.runtime import ContainerState, RuntimePodStatus
 from pykubelet.agent.interfaces import EventRecorder, MirrorClient, PodLifecycleHook, PodNotReadyError
 from pykubelet.agent.kuberuntime.actions import ProbeKill, ProbeKillFunc, backoff_key
-from pykubelet.agent.kuberuntime.manager import RuntimeManager
-from pykubelet.agent.pleg import PodStatusCache
+from pykubelet.agent.kuberuntime.manager import MadeObjects, RuntimeManager
+from pykubelet.agent.pleg import PodStatusCache, StatusReader
 from pykubelet.agent.podmanager import PodManager, pod_uid
 from pykubelet.agent.podworkers import SyncPodResult, SyncPodType
 from pykubelet.agent.prober.manager import ProbeManager, probe_containers
@@ -95,6 +101,15 @@ class PodDirectories:
         self._made.discard(uid)
 
 
+def runtime_has_nothing_of(*, synced_here: bool, listed_without_at: float | None, last_forget: float) -> bool:
+    """Whether a pod's runtime view can be taken as empty without asking the runtime: this process
+    never began a sync of the pod (so it made nothing for it), and a complete relist that began
+    after the last time a pod was forgotten here listed nothing of it (``listed_without_at``: when
+    that relist began, None if it saw the pod or none finished yet). A pod whose containers outlived
+    an agent restart was listed by that first relist, so it is adopted, never started again."""
+    return not synced_here and listed_without_at is not None and listed_without_at > last_forget
+
+
 @dataclass(frozen=True)
 class _StatusInputs:
     """What one status generation was made from (besides the clock, which only stamps changes)."""
@@ -128,7 +143,8 @@ class PodSyncer:
         host_ips: list[str],
         hooks: list[PodLifecycleHook],
         clock: Callable[[], float] = time.time,
-        refresh: Callable[[str], Awaitable[RuntimePodStatus]] | None = None,
+        refresh: Callable[[str, StatusReader | None], Awaitable[RuntimePodStatus]] | None = None,
+        listed_without: Callable[[str], float | None] | None = None,
     ) -> None:
         self.pods = pods
         self.runtime = runtime
@@ -142,19 +158,34 @@ class PodSyncer:
         self.clock = clock
         # the PLEG's targeted update (cache + events at once); a bare runtime query without a PLEG
         self.refresh = refresh
+        # the PLEG's word that its last relist saw nothing of a pod (``GenericPLEG.listed_without``)
+        self.listed_without = listed_without
         self._last_sync: dict[str, float] = {}
+        self._began: set[str] = set()  # pods whose sync (of any kind) began in this process
+        self._making: set[str] = set()  # pods whose in-flight sync began with nothing in the runtime
+        self._last_forget = 0.0  # wall clock of the last ``forget``
         # uid → what the last status generation that changed nothing was made from (``_update_status``)
         self._unchanged: dict[str, _StatusInputs] = {}
 
     def forget(self, uid: str) -> None:
         self._last_sync.pop(uid, None)
         self._unchanged.pop(uid, None)
+        self._began.discard(uid)
+        # a relist that began before now may have missed what the pod's syncs made: until one that
+        # began later finished, no pod is taken as absent from the runtime on a relist's word
+        self._last_forget = self.clock()
 
     # ------------------------------------------------------------------ the runtime view
     async def _runtime_status(self, uid: str) -> RuntimePodStatus:
         last = self._last_sync.get(uid, 0.0)
         if self.cache.newer_than(uid, last) and self.cache.has(uid):
             return self.cache.get(uid)
+        listed_without_at = self.listed_without(uid) if self.listed_without is not None else None
+        if runtime_has_nothing_of(synced_here=uid in self._began, listed_without_at=listed_without_at,
+                                  last_forget=self._last_forget):
+            # a pod new to this process that the runtime has nothing of: no ListPodSandbox and
+            # ListContainers for it (the cache's empty view, as upstream's GetNewerThan answers)
+            return RuntimePodStatus(uid=uid, timestamp=listed_without_at or 0.0)
         st = await self.runtime.get_pod_status(uid)
         self.cache.set(uid, st)  # ignored if the PLEG stored a newer view meanwhile
         return self.cache.get(uid)
@@ -222,9 +253,25 @@ class PodSyncer:
                 metrics.POD_START_DURATION.observe(time.monotonic() - first_seen)
 
     # ------------------------------------------------------------------ PodSyncer
+    def is_making(self, uid: str) -> bool:
+        """A sync of this pod is in flight that began with nothing of it in the runtime (so whatever
+        a relist finds of the pod, that sync made it and reports it itself: ``GenericPLEG.making``)."""
+        return uid in self._making
+
     async def sync_pod(self, update_type: SyncPodType, pod: Pod, mirror_pod: Pod | None) -> SyncPodResult:
         uid = pod_uid(pod)
         rt = await self._runtime_status(uid)
+        self._began.add(uid)  # before anything of the pod can be made
+        making = not rt.sandboxes and not rt.containers
+        if making:
+            self._making.add(uid)
+        try:
+            return await self._sync_pod(pod, uid, rt)
+        finally:
+            if making:
+                self._making.discard(uid)
+
+    async def _sync_pod(self, pod: Pod, uid: str, rt: RuntimePodStatus) -> SyncPodResult:
         status = self._update_status(pod, rt)
         if status.get("phase") in ("Succeeded", "Failed"):
             return SyncPodResult(terminal=True)
@@ -252,7 +299,7 @@ class PodSyncer:
         self._last_sync[uid] = self.clock()
         if result.started:
             # report what we just started at once instead of after the next PLEG relist (up to 1 s)
-            rt = await self._refresh_after_start(pod, rt)
+            rt = await self._refresh_after_start(pod, rt, result.made)
         elif result.actions is not None and not result.actions.kill_pod:
             # nothing changed in the runtime: refresh waiting reasons (CrashLoopBackOff, ...) now
             # (skipped when neither they nor anything else the status is made from changed)
@@ -275,19 +322,24 @@ class PodSyncer:
             requeue = min(requeue if requeue is not None else deadline_left + 0.2, deadline_left + 0.2)
         return SyncPodResult(terminal=False, requeue_after=requeue)
 
-    async def _refresh_after_start(self, pod: Pod, rt: RuntimePodStatus) -> RuntimePodStatus:
+    async def _refresh_after_start(self, pod: Pod, rt: RuntimePodStatus, made: MadeObjects | None) -> RuntimePodStatus:
         """Re-read the runtime after starting containers and hand the new status over at once.
 
         The status manager writes it immediately (no batching), so the first ``Running`` reaches the
         API a few milliseconds after StartContainer returned; the PLEG's next relist then finds the
-        cache already up to date for this pod.
+        cache already up to date for this pod. When this sync made all of the pod's objects, those
+        are read by id (``RuntimeManager.status_of_made``) instead of listing the runtime for the pod.
         """
         uid = pod_uid(pod)
+        read: StatusReader | None = None
+        if made is not None:
+            def read() -> Awaitable[RuntimePodStatus]:
+                return self.runtime.status_of_made(uid, made)
         try:
             if self.refresh is not None:
-                fresh = await self.refresh(uid)
+                fresh = await self.refresh(uid, read)
             else:
-                fresh = await self.runtime.get_pod_status(uid)
+                fresh = await (read() if read is not None else self.runtime.get_pod_status(uid))
                 self.cache.set(uid, fresh)
         except Exception as e:
             log.debug("runtime status of pod %s after start: %s", uid, e)
@@ -299,6 +351,7 @@ class PodSyncer:
 
     async def sync_terminating_pod(self, pod: Pod, grace: int | None) -> None:
         uid = pod_uid(pod)
+        self._began.add(uid)
         rt = await self.runtime.get_pod_status(uid)
         self.cache.set(uid, rt)
         await self.runtime.kill_pod(pod, rt, grace)

@@ -42,6 +42,9 @@ class ImageResult:
     image_ref: str = ""
     error: str = ""  # one of the ERR_* reasons, "" on success
     message: str = ""
+    # the runtime's ImageStatus answer behind ``image_ref`` when this check read it (its user, for
+    # runAsNonRoot): the container start needs no second ImageStatus of the same image
+    image: pb.Image | None = None
 
     @property
     def ok(self) -> bool:
@@ -134,11 +137,12 @@ class ImageManager:
         limit = 1 if serialize else (max_parallel or 1 << 16)
         self._sem = asyncio.Semaphore(limit)
 
-    async def _present(self, image: str) -> str:
+    async def _present(self, image: str) -> pb.Image | None:
+        """The image as the runtime knows it (ImageStatus), None when absent."""
         resp = await self.runtime.image_status(image)
         if resp.HasField("image") and resp.image.id:
-            return str(resp.image.id)
-        return ""
+            return resp.image  # type: ignore[no-any-return]
+        return None
 
     async def _pull_secrets(self, pod: dict[str, Any]) -> list[dict[str, Any]]:
         names = [s.get("name") for s in (pod.get("spec") or {}).get("imagePullSecrets") or [] if s.get("name")]
@@ -162,13 +166,13 @@ class ImageManager:
         image = apply_default_tag(raw)
         policy = container.get("imagePullPolicy") or default_pull_policy(raw)
         try:
-            ref = await self._present(image)
+            present = await self._present(image)
         except Exception as e:
             return ImageResult(error=ERR_IMAGE_PULL, message=f"failed to inspect image {raw!r}: {e}")
-        if policy == "Never" or (policy == "IfNotPresent" and ref):
-            if ref:
+        if policy == "Never" or (policy == "IfNotPresent" and present is not None):
+            if present is not None:
                 self.recorder.event(pod, "Normal", "Pulled", f'Container image "{raw}" already present on machine')
-                return ImageResult(image_ref=ref)
+                return ImageResult(image_ref=str(present.id), image=present)
             msg = f'Container image "{raw}" is not present with pull policy of Never'
             self.recorder.event(pod, "Warning", ERR_IMAGE_NEVER_PULL, msg)
             return ImageResult(error=ERR_IMAGE_NEVER_PULL, message=msg)
@@ -186,6 +190,7 @@ class ImageManager:
         async with self._sem:
             t1 = time.monotonic()
             err: Exception | None = None
+            ref = ""
             for auth in auths:
                 try:
                     ref = await self.runtime.pull_image(image, auth=auth, sandbox_config=sandbox_config)
@@ -203,14 +208,17 @@ class ImageManager:
         done = time.monotonic()
         metrics.IMAGE_PULL_DURATION.observe(done - t1)
         size = ""
+        pulled: pb.Image | None = None
         try:
             st = await self.runtime.image_status(image)
             if st.HasField("image"):
                 size = f" Image size: {st.image.size} bytes."
+                if st.image.id == ref:
+                    pulled = st.image
         except Exception:
             pass
         self.recorder.event(
             pod, "Normal", "Pulled",
             f'Successfully pulled image "{raw}" in {done - t1:.3f}s ({done - t0:.3f}s including waiting).{size}',
         )
-        return ImageResult(image_ref=ref)
+        return ImageResult(image_ref=ref, image=pulled)

@@ -3,6 +3,10 @@
 - ``list_runtime()``: everything the runtime has, grouped by the pod uid label, so
   the agent's whole state is rebuilt from CRI labels/annotations after a restart (no local DB).
 - ``get_pod_status(uid)``: full status of one pod (sandbox IPs, container exit codes, times).
+  ``status_of_made(uid, made)``: the same answer, by id, for a pod whose objects one sync made
+  (``SyncResult.made``): no ListPodSandbox / ListContainers for a pod just started.
+- A container's image is inspected once per start: the ImageStatus answer of the image check also
+  gives the image's user (upstream asks the runtime a second time, ``getImageUser``).
 - ``sync_pod(pod, status)``: ``compute_pod_actions`` then kill / create sandbox / start init and app
   containers (pull → create → start), recording events with upstream reasons and messages and a
   per-container "reason cache" (CrashLoopBackOff, ErrImagePull, ImagePullBackOff,
@@ -184,10 +188,25 @@ _Signature = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]
 
 
 @dataclass
+class MadeObjects:
+    """Every object a pod has in the runtime, when one sync made all of them: the sync began from a
+    runtime view with no sandbox and no container of the pod, and the agent is the only maker of
+    its pods' objects. Reading these few by id (``status_of_made``) then answers what listing the
+    runtime for the pod would."""
+
+    sandbox_id: str
+    container_ids: list[str] = field(default_factory=list)  # created, started or not
+    # False once a CreateContainer failed: the runtime may still have made that container (a
+    # timeout), so only a listing can tell
+    complete: bool = True
+
+
+@dataclass
 class SyncResult:
     error: str = ""
     actions: PodActions | None = None
     started: list[str] = field(default_factory=list)
+    made: MadeObjects | None = None  # set when this sync made all of the pod's objects
 
 
 class RuntimeManager:
@@ -333,6 +352,42 @@ class RuntimeManager:
             runtime_type=self.runtime_type,
         )
 
+    @staticmethod
+    def _sandbox_network(st: t.SandboxRuntimeStatus, resp: pb.PodSandboxStatusResponse) -> None:
+        net = resp.status.network
+        st.ips = [ip for ip in [net.ip, *(a.ip for a in net.additional_ips)] if ip]
+        st.host_network = resp.status.linux.namespaces.options.network == pb.NODE
+
+    async def status_of_made(self, uid: str, made: MadeObjects) -> t.RuntimePodStatus:
+        """The pod's runtime status when ``made`` holds all of its objects: PodSandboxStatus and one
+        ContainerStatus per container, by id, instead of listing the runtime for the pod (two List
+        calls); the same answer as ``get_pod_status``, which is asked instead if any of them is gone
+        or a CreateContainer failed."""
+        if not made.complete:
+            return await self.get_pod_status(uid)
+        ts = time.time()
+        try:
+            sb_resp, c_resps = await asyncio.gather(
+                self.runtime.pod_sandbox_status(made.sandbox_id),
+                asyncio.gather(*(self.runtime.container_status(cid) for cid in made.container_ids)))
+        except CRIError as e:
+            if not e.not_found:
+                raise
+            return await self.get_pod_status(uid)  # something was removed meanwhile: ask the runtime
+        sb = sb_resp.status
+        st = t.RuntimePodStatus(uid=uid, timestamp=ts, name=sb.metadata.name, namespace=sb.metadata.namespace)
+        s = t.SandboxRuntimeStatus(id=sb.id or made.sandbox_id, ready=sb.state == pb.SANDBOX_READY,
+                                   attempt=sb.metadata.attempt, created_at=_sec(sb.created_at))
+        if s.ready:
+            self._sandbox_network(s, sb_resp)
+        st.sandboxes.append(s)
+        for resp in c_resps:
+            cs = self._container_from_status(resp.status)
+            cs.sandbox_id = made.sandbox_id
+            st.containers.append(cs)
+        st.sort()
+        return st
+
     async def get_pod_status(self, uid: str) -> t.RuntimePodStatus:
         ts = time.time()
         sandboxes = await self.runtime.list_pod_sandbox(pb.PodSandboxFilter(label_selector={names.POD_UID_LABEL: uid}))
@@ -344,10 +399,7 @@ class RuntimeManager:
                                        created_at=_sec(sb.created_at))
             if s.ready:
                 try:
-                    resp = await self.runtime.pod_sandbox_status(sb.id)
-                    net = resp.status.network
-                    s.ips = [ip for ip in [net.ip, *(a.ip for a in net.additional_ips)] if ip]
-                    s.host_network = resp.status.linux.namespaces.options.network == pb.NODE
+                    self._sandbox_network(s, await self.runtime.pod_sandbox_status(sb.id))
                 except CRIError as e:
                     log.debug("sandbox status %s: %s", sb.id, e)
             st.sandboxes.append(s)
@@ -463,6 +515,8 @@ class RuntimeManager:
                 result.error = msg
                 return result
             metrics.STARTED_PODS.inc()
+            if not status.sandboxes and not status.containers:
+                result.made = MadeObjects(sandbox_id)  # the pod's only objects are the ones made below
             try:
                 resp = await self.runtime.pod_sandbox_status(sandbox_id)
                 net = resp.status.network
@@ -476,26 +530,29 @@ class RuntimeManager:
             pod_ips = list(self.host_ips)
         inits = {c.get("name"): c for c in spec.get("initContainers") or []}
         for name in actions.init_containers_to_start:
-            ok = await self._start_container(pod, inits[name], sandbox_id, sb_config, pod_ips, status, "init")
+            ok = await self._start_container(pod, inits[name], sandbox_id, sb_config, pod_ips, status, "init",
+                                             made=result.made)
             if not ok:
                 result.error = f"init container {name} failed to start"
                 return result
             result.started.append(name)
         apps = {c.get("name"): c for c in spec.get("containers") or []}
         for name in actions.containers_to_start:
-            if await self._start_container(pod, apps[name], sandbox_id, sb_config, pod_ips, status, "container"):
+            if await self._start_container(pod, apps[name], sandbox_id, sb_config, pod_ips, status, "container",
+                                           made=result.made):
                 result.started.append(name)
             else:
                 result.error = result.error or f"container {name} failed to start"
         ephemerals = {c.get("name"): c for c in spec.get("ephemeralContainers") or []}
         for name in actions.ephemeral_containers_to_start:  # after the app containers, as upstream
-            if await self._start_container(pod, ephemerals[name], sandbox_id, sb_config, pod_ips, status, "ephemeral"):
+            if await self._start_container(pod, ephemerals[name], sandbox_id, sb_config, pod_ips, status, "ephemeral",
+                                           made=result.made):
                 result.started.append(name)
         return result
 
     async def _start_container(
         self, pod: Pod, container: JSONObj, sandbox_id: str, sb_config: pb.PodSandboxConfig,
-        pod_ips: list[str], status: t.RuntimePodStatus, kind: str,
+        pod_ips: list[str], status: t.RuntimePodStatus, kind: str, *, made: MadeObjects | None = None,
     ) -> bool:
         name = container.get("name", "")
         try:
@@ -519,7 +576,7 @@ class RuntimeManager:
                 host_ips=self.host_ips, node_name=self.node_name, memory_capacity=self.memory_capacity,
                 node_allocatable=self.node_allocatable, lookup=self.lookup,
                 warn=lambda reason, message: self.recorder.event(pod, "Warning", reason, message),
-                security_options=self.security_options, image_user=await self._image_user(img.image_ref),
+                security_options=self.security_options, image_user=await self._image_user(img.image_ref, img.image),
                 service_env=self.service_env(pod) if self.service_env is not None else None,
             )
             if self.container_resources is not None:
@@ -554,7 +611,11 @@ class RuntimeManager:
         try:
             cid = await self.runtime.create_container(sandbox_id, config, sb_config)
         except Exception as e:
+            if made is not None:
+                made.complete = False
             return self._start_failed(pod, name, kind, "CreateContainerError", e)
+        if made is not None:
+            made.container_ids.append(cid)
         self.recorder.event(pod, "Normal", "Created", f"Created container: {name}")
         try:
             await self.runtime.start_container(cid)
@@ -577,9 +638,13 @@ class RuntimeManager:
         return True
 
     # ------------------------------------------------------------------ security (agent/kuberuntime/security.py)
-    async def _image_user(self, image_ref: str) -> tuple[int | None, str] | None:
+    async def _image_user(self, image_ref: str, known: pb.Image | None = None) -> tuple[int | None, str] | None:
         """Upstream getImageUser from CRI ImageStatus; None when the runtime cannot tell (then the
-        image's own user applies and runAsNonRoot cannot be verified)."""
+        image's own user applies and runAsNonRoot cannot be verified). ``known``: the ImageStatus
+        answer the image check just read for this very image id (upstream asks the runtime a second
+        time; the answer is the same object, so it is not asked again)."""
+        if known is not None and known.id == image_ref:
+            return security.image_user(known)
         try:
             resp = await self.runtime.image_status(image_ref)
         except CRIError as e:
