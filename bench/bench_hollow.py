@@ -17,8 +17,14 @@ on in-memory fake runtimes, one process) as another, both with the command lines
    run; how evenly the scheduler spread the pods (min/max per node).
 4. **steady state**: ``--hold`` seconds (default 30) with all pods running: server and hollow CPU/RSS.
 
+``--hollow-processes P`` runs ``pykubelet hollow --processes P``: the hollow figures are then the
+sums over its child processes (CPU; RSS as the sum of each child's maximum). ``--count-requests``
+starts the server with ``--access-log`` and reports the API requests made during the run, per pod,
+by verb and path (names replaced by ``*``): which requests each pod costs the control plane.
+
 Usage: ``.venv/bin/python bench/bench_hollow.py [--nodes 100] [--pods-per-node 30] [--hold 30]
-[--json out.json]``; ``--nodes 10 --pods-per-node 5 --hold 5`` is a smoke run.
+[--hollow-processes 2] [--count-requests] [--json out.json]``; ``--nodes 10 --pods-per-node 5
+--hold 5`` is a smoke run.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import datetime
+import re
 import shutil
 import sys
 import tempfile
@@ -106,6 +114,54 @@ async def api_floor(cp: ControlPlane, n: int) -> float:
     return took
 
 
+_ACCESS = re.compile(r'\[(\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4})\] "(\w+) (\S+) HTTP')
+# path segments kept as they are; any other (names, namespaces) becomes "*"
+_WORDS = {"api", "apis", "v1", "namespaces", "pods", "status", "binding", "events", "nodes", "leases",
+          "coordination.k8s.io", "events.k8s.io", "serviceaccounts", "token", "configmaps", "secrets",
+          "services", "endpoints", "persistentvolumeclaims", "persistentvolumes", "eviction", "log"}
+
+
+def request_kind(method: str, target: str) -> str:
+    """``GET /api/v1/namespaces/*/pods/*`` (``WATCH`` for watches) from one request line."""
+    path, _, query = target.partition("?")
+    verb = "WATCH" if method == "GET" and re.search(r"(^|&)watch=(true|1)", query) else method
+    return f"{verb} " + "/".join(seg if seg in _WORDS or not seg else "*" for seg in path.split("/"))
+
+
+def request_counts(log_text: str, start: float, end: float, pods: int) -> dict[str, float]:
+    """Requests per pod by kind, from the server's access log lines between ``start`` and
+    ``end`` (epoch seconds; the log has whole seconds)."""
+    counts: collections.Counter[str] = collections.Counter()
+    for m in _ACCESS.finditer(log_text):
+        t = datetime.datetime.strptime(m.group(1), "%d/%b/%Y:%H:%M:%S %z").timestamp()
+        if int(start) <= t <= end:
+            counts[request_kind(m.group(2), m.group(3))] += 1
+    total = sum(counts.values())
+    out = {k: round(v / pods, 2) for k, v in counts.most_common(20)}
+    out["total"] = round(total / pods, 2)
+    return out
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def sum_hollow(phase: dict[str, dict[str, float]]) -> None:
+    """With ``--hollow-processes``: "hollow" becomes the sum over the parent and its children."""
+    parts = [k for k in phase if k == "hollow" or k.startswith("hollow.")]
+    if len(parts) < 2:
+        return
+    phase["hollow"] = {"cpu_pct": round(sum(phase[k]["cpu_pct"] for k in parts), 2),
+                       "rss_max_mb": round(sum(phase[k]["rss_max_mb"] for k in parts), 1),
+                       "seconds": phase["hollow"]["seconds"]}
+    for k in parts:
+        if k != "hollow":
+            del phase[k]
+
+
 async def ready_nodes(cp: ControlPlane) -> int:
     assert cp.api is not None
     nodes = (await cp.api.list("/api/v1/nodes", params={"labelSelector": "pykubelet.io/hollow=true"})).get("items", [])
@@ -127,7 +183,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     total = args.nodes * args.pods_per_node
     result: dict[str, Any] = {"nodes": args.nodes, "pods_per_node": args.pods_per_node, "pods": total,
                               "prebound": args.prebound}
-    cp = ControlPlane(tmp / "cp")
+    cp = ControlPlane(tmp / "cp", extra=["--access-log"] if args.count_requests else [])
     hollow = None
     try:
         api = await cp.start()
@@ -136,7 +192,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         hollow = spawn([sys.executable, "-m", "pykubelet", "hollow", "--kubeconfig", str(cp.kubeconfig),
                         "--nodes", str(args.nodes), "--max-pods", str(max(110, args.pods_per_node + 10)),
-                        "--data-dir", str(tmp / "hollow"), "--log-file", str(tmp / "hollow.log"), "-v", "1"],
+                        "--data-dir", str(tmp / "hollow"), "--log-file", str(tmp / "hollow.log"), "-v", "1",
+                        *(["--processes", str(args.hollow_processes)] if args.hollow_processes > 1 else [])],
                        tmp / "hollow.out")
         log(f"hollow started (pid {hollow.pid}, log {tmp / 'hollow.log'})")
         result["nodes_ready_s"] = round(await wait_nodes_ready(cp, args.nodes), 1)
@@ -144,9 +201,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(args.settle)
 
         pids = {"server": cp.pid, "hollow": hollow.pid}
+        pids.update({f"hollow.{i}": c for i, c in enumerate(children(hollow.pid))})
         idle = Sampler(pids).start()
         await asyncio.sleep(args.settle)
         result["idle_nodes"] = await idle.stop()
+        sum_hollow(result["idle_nodes"])
 
         path = f"/api/v1/namespaces/{NAMESPACE}/pods"
         names = [f"hollow-pod-{i:05d}" for i in range(total)]
@@ -172,6 +231,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.profile:  # the first --profile seconds of the run, server and hollow process
             spies = {k: (await start_py_spy(pid, tmp / f"{k}.txt", rate=50), tmp / f"{k}.txt") for k, pid in pids.items()}
         t0 = time.monotonic()
+        wall0 = time.time()
 
         async def create_all() -> None:
             await gather_limited(total, lambda i: api.create(path, make_pod(names[i], i)))
@@ -190,6 +250,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["all_running_s"] = round(max(seen.values()) - t0, 2)
         result["median_running_s"] = round(sorted(seen.values())[len(seen) // 2] - t0, 2)
         result["during_run"] = await sampler.stop()
+        sum_hollow(result["during_run"])
+        if args.count_requests:
+            text = await asyncio.to_thread((cp.data_dir / "server.log").read_text, errors="replace")
+            result["requests_per_pod"] = request_counts(text, wall0, wall0 + result["all_running_s"], total)
         result["ratio_to_floor"] = round(result["all_running_s"] / result["api_floor_s"], 2)
         log(f"{total} pods Running in {result['all_running_s']} s ({result['ratio_to_floor']}x the API floor)")
         per_node = collections.Counter(p["spec"].get("nodeName", "")
@@ -199,6 +263,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         hold = Sampler(pids).start()
         await asyncio.sleep(args.hold)
         result["steady"] = await hold.stop()
+        sum_hollow(result["steady"])
         result["target_met"] = result["all_running_s"] <= TARGET_RUNNING_S
         result["nodes_ready_after_hold"] = await ready_nodes(cp)
     except Exception:
@@ -231,6 +296,8 @@ def report(r: dict[str, Any]) -> None:
         for name, v in r.get(phase, {}).items():
             print(f"{label:>15} ({v['seconds']:.0f} s), {name}: CPU {v['cpu_pct']:.1f} % of one core, "
                   f"RSS max {v['rss_max_mb']:.0f} MB")
+    if "requests_per_pod" in r:
+        print("API requests during the run, per pod: " + ", ".join(f"{k} {v}" for k, v in r["requests_per_pod"].items()))
     for name, summary in r.get("profile", {}).items():
         print(f"profile of the {name} process during the run:")
         print_profile(summary)
@@ -246,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="py-spy the server and the hollow process over the first S seconds of the run")
     p.add_argument("--prebound", action="store_true",
                    help="create the pods with spec.nodeName set (round-robin): leaves the scheduler out")
+    p.add_argument("--hollow-processes", type=int, default=1, metavar="P",
+                   help="run the hollow nodes in P processes (pykubelet hollow --processes)")
+    p.add_argument("--count-requests", action="store_true",
+                   help="server with --access-log; report the API requests per pod made during the run")
     p.add_argument("--quick", action="store_true", help="10 nodes x 5 pods, hold 5 s")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)

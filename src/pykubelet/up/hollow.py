@@ -29,6 +29,12 @@ This module does the same with pykubelet's own agent:
   back-off (the supervisor's policy); its fake runtime keeps its state, so the restarted agent
   re-adopts its pods from CRI labels like a restarted kubelet.
 
+``--processes P`` spreads the nodes over P child processes (contiguous slices, ``--shard i/P``;
+node names, pod ranges and kubelet ports are those of the whole set), so that the agents use more
+than one core: one event loop for 100 agents is a single core's worth of work at best, and
+its turns grow long. The parent only starts, supervises (the same restart back-off) and stops the
+children; each costs one interpreter (~65 MB) more.
+
 Log lines carry the node name: a ``ContextVar`` is set before each agent's task is created, and
 asyncio copies the context into every task and thread that agent starts. The agents' Prometheus
 metrics are process-wide and so aggregate over all hollow nodes here.
@@ -167,6 +173,41 @@ def agent_flags(node: HollowNode, *, kubeconfig: str, config_path: Path, node_ip
     return [*flags, *extra]
 
 
+def shard_range(shard: str | None, count: int) -> tuple[int, int]:
+    """``(first index, how many)`` of the nodes the process ``--shard i/P`` runs: contiguous slices,
+    the first ``count % P`` one node longer. No shard: all of them."""
+    if not shard:
+        return 0, count
+    try:
+        i, p = (int(x) for x in shard.split("/"))
+    except ValueError:
+        raise HollowError(f"--shard: {shard!r} is not INDEX/PROCESSES") from None
+    if not 0 <= i < p:
+        raise HollowError(f"--shard: index {i} is not in 0..{p - 1}")
+    size, extra = divmod(count, p)
+    first = i * size + min(i, extra)
+    return first, size + (1 if i < extra else 0)
+
+
+def shard_argv(argv: Sequence[str], index: int, processes: int, data_dir: Path) -> list[str]:
+    """One child's ``pykubelet hollow`` command line: the parent's flags without ``--processes``
+    (and ``--data-dir``, replaced by the parent's folder, made or given), plus its ``--shard``."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--processes", "--data-dir"):
+            skip = True
+            continue
+        if arg.startswith(("--processes=", "--data-dir=")):
+            continue
+        out.append(arg)
+    return [sys.executable, "-m", "pykubelet", "hollow", *out, "--data-dir", str(data_dir),
+            "--shard", f"{index}/{processes}"]
+
+
 # ------------------------------------------------------------------------ `pykubelet up` helpers
 def real_node_unavailable(runtime_endpoint: str | None) -> str | None:
     """Why ``pykubelet up --hollow-nodes`` cannot also run its real node here (None: it can).
@@ -250,6 +291,7 @@ class HollowNodes:
         a = self.args
         names = node_names(a.name_prefix, a.nodes)
         cidrs = pod_cidrs(a.pod_cidr, a.nodes, a.max_pods)
+        first, count = shard_range(a.shard, a.nodes)
         if a.kubeconfig_dir:
             missing = [n for n in names if not Path(self.kubeconfig_for(n)).is_file()]
             if missing:
@@ -268,6 +310,8 @@ class HollowNodes:
         cfg = hollow_config(kubelet_server=bool(a.kubelet_port_base), tls=tls, client_ca=a.client_ca_file)
         self.config_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         for i, (name, cidr) in enumerate(zip(names, cidrs, strict=True)):
+            if not first <= i < first + count:
+                continue  # another process's node (--shard)
             d = self.data_dir / name
             (d / "root").mkdir(parents=True, exist_ok=True)
             (d / "pod-logs").mkdir(parents=True, exist_ok=True)
@@ -378,6 +422,61 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
             loop.remove_signal_handler(sig)
 
 
+async def run_processes(args: argparse.Namespace, argv: Sequence[str], data_dir: Path,
+                        stop: asyncio.Event | None = None) -> int:
+    """``--processes P``: run P children, each a ``--shard`` of the nodes; restart one that exits
+    (after the supervisor's back-off) until stopped; SIGTERM them all on SIGTERM/SIGINT."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    own_dir = not args.data_dir
+    procs: dict[int, asyncio.subprocess.Process] = {}
+
+    async def child(i: int) -> None:
+        backoff = Backoff()
+        while not stop.is_set():
+            started = time.monotonic()
+            proc = procs[i] = await asyncio.create_subprocess_exec(*shard_argv(argv, i, args.processes, data_dir))
+            rc = await proc.wait()
+            if stop.is_set():
+                return
+            if rc in (1, 2):  # bad settings: every restart would fail the same way
+                log.error("hollow process %d/%d refused its settings (exit code %d)", i, args.processes, rc)
+                stop.set()
+                return
+            delay = backoff.next_delay(time.monotonic() - started)
+            log.warning("hollow process %d/%d exited with code %s; restarting in %.0f s", i, args.processes, rc, delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+
+    tasks = [asyncio.create_task(child(i)) for i in range(args.processes)]
+    try:
+        print(f"{args.nodes} hollow nodes in {args.processes} processes; Ctrl-C to stop", file=sys.stderr, flush=True)
+        await stop.wait()
+        return 0
+    finally:
+        for proc in procs.values():
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+        _, pending = await asyncio.wait(tasks, timeout=60)
+        for proc in procs.values():
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        if own_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pykubelet hollow",
@@ -406,19 +505,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start-interval", type=float, default=0.05,
                    help="seconds between starting two nodes (spreads their periodic work)")
     p.add_argument("--agent-arg", action="append", default=[], help="extra agent flag for every node (repeatable)")
-    p.add_argument("--log-file", default=None, help="write logs here instead of stderr")
+    p.add_argument("--processes", type=int, default=1,
+                   help="spread the nodes over this many processes (default 1), to use several cores")
+    p.add_argument("--shard", default=None, help=argparse.SUPPRESS)  # INDEX/PROCESSES: set by --processes
+    p.add_argument("--log-file", default=None, help="write logs here instead of stderr (appended to)")
     p.add_argument("-v", "--v", dest="verbosity", type=int, default=0,
                    help="0: warnings only, 1-3: info, 4+: debug")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     if args.nodes < 1:
         print("pykubelet hollow: --nodes must be at least 1", file=sys.stderr)
         return 2
+    if not 1 <= args.processes <= args.nodes:
+        print("pykubelet hollow: --processes must be between 1 and --nodes", file=sys.stderr)
+        return 2
     setup_logging(args.verbosity, args.log_file)
     try:
+        if args.processes > 1:
+            data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="pykubelet-hollow-")).absolute()
+            return asyncio.run(run_processes(args, argv, data_dir))
         return asyncio.run(run(args))
     except KeyboardInterrupt:
         return 130

@@ -77,13 +77,13 @@ def _ready(node: dict[str, Any]) -> bool:
                for c in (node.get("status") or {}).get("conditions") or [])
 
 
-@pytest.mark.parametrize("cri", ["inprocess", "grpc"])
+@pytest.mark.parametrize(("cri", "processes"), [("inprocess", 1), ("grpc", 1), ("inprocess", 2)])
 async def test_hollow_nodes_register_ready_and_run_pods_the_scheduler_places(
-        cluster: tuple[ApiClient, Path], tmp_path: Path, cri: str) -> None:
+        cluster: tuple[ApiClient, Path], tmp_path: Path, cri: str, processes: int) -> None:
     api, kubeconfig = cluster
     log = tmp_path / "hollow.log"
     async with hollow_process("--kubeconfig", str(kubeconfig), "--nodes", "3", "--data-dir", str(tmp_path / "hollow"),
-                              "--cri", cri, "-v", "1", log=log) as proc:
+                              "--cri", cri, "--processes", str(processes), "-v", "1", log=log) as proc:
         async def nodes_ready() -> bool:
             assert proc.returncode is None, _log(log)
             items = (await api.list("/api/v1/nodes")).get("items", [])
@@ -116,6 +116,10 @@ async def test_hollow_nodes_register_ready_and_run_pods_the_scheduler_places(
             assert got["status"]["containerStatuses"][0]["containerID"].startswith("fakecri://")
 
     assert proc.returncode == 0, _log(log)  # SIGTERM: a clean stop
+    if processes == 2:  # each child ran its own slice of the nodes
+        text = log.read_text(errors="replace")
+        assert "2 hollow nodes started (hollow-0 … hollow-1)" in text
+        assert "1 hollow nodes started (hollow-2 … hollow-2)" in text
     assert not [line for line in _mounts() if str(tmp_path) in line]  # volumes were plain folders
     # Like stopped kubelets, the nodes stay registered (the node lifecycle controller marks them later).
     assert len((await api.list("/api/v1/nodes"))["items"]) == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,35 @@ def test_real_node_next_to_hollow_ones_needs_an_existing_runtime_socket(tmp_path
     present = tmp_path / "cri.sock"
     present.touch()
     assert hollow.real_node_unavailable(f"unix://{present}") is None
+
+
+def test_processes_split_the_nodes_into_contiguous_slices_covering_each_once() -> None:
+    slices = [hollow.shard_range(f"{i}/3", 100) for i in range(3)]
+    assert slices == [(0, 34), (34, 33), (67, 33)]
+    covered = [n for first, count in slices for n in range(first, first + count)]
+    assert covered == list(range(100))
+    assert hollow.shard_range(None, 7) == (0, 7)
+    with pytest.raises(hollow.HollowError, match=re.escape("--shard: index 3 is not in 0..2")):
+        hollow.shard_range("3/3", 10)
+
+
+def test_each_process_gets_the_parents_flags_its_shard_and_one_shared_data_dir(tmp_path: Path) -> None:
+    argv = ["--kubeconfig", "/kc", "--nodes", "10", "--processes", "2", "--data-dir=/elsewhere", "-v", "1"]
+    child = hollow.shard_argv(argv, 1, 2, tmp_path)
+    ns = hollow.build_parser().parse_args(child[child.index("hollow") + 1:])
+    assert ns.processes == 1 and ns.shard == "1/2" and ns.nodes == 10 and ns.kubeconfig == "/kc"
+    assert ns.data_dir == str(tmp_path) and ns.verbosity == 1
+
+
+def test_a_shard_prepares_only_its_own_nodes_with_the_names_and_ranges_of_the_whole_set(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text("")
+    args = hollow.build_parser().parse_args(["--kubeconfig", str(kubeconfig), "--nodes", "5", "--shard", "1/2",
+                                             "--data-dir", str(tmp_path / "data")])
+    nodes = hollow.HollowNodes(args)
+    try:
+        nodes._prepare()
+    finally:
+        shutil.rmtree(nodes.sock_dir)
+    assert [(n.name, n.index) for n in nodes.nodes] == [("hollow-3", 3), ("hollow-4", 4)]
+    assert [n.pod_cidr for n in nodes.nodes] == hollow.pod_cidrs(hollow.DEFAULT_POD_CIDR, 5, 110)[3:]
