@@ -1,0 +1,134 @@
+"""In-process lists and watches for the controllers that run inside the API server.
+
+Upstream's kube-controller-manager and scheduler are separate processes: their informers list and
+watch over HTTP. Here they run in the API server's own event loop, and over HTTP every event of the
+shared informers cost a TLS round through the server's watch handler and the client's chunk parser
+before the JSON was decoded. :class:`InProcessReads` serves the informers' ``list`` and ``watch``
+of built-in collections from the store directly (the same objects, the same resourceVersions, the
+same 410 Expired when a watch starts behind the history) and passes every other call (gets and all
+writes, which need admission, validation and auth) to the wrapped API client.
+
+What stays as over HTTP: each event is decoded from the store's compact JSON of that revision (the
+bytes the HTTP watchers get), so every controller owns the objects it receives and can never change
+the store's; objects are served as stored (built-in kinds carry kind and apiVersion); a watch ends
+after its timeout and the informer resumes from its last resourceVersion. Not served here (the call
+goes over HTTP): lists and watches with parameters (selectors), custom resources (their
+presentation is per version), ``events.k8s.io`` (converted from core Events) and anything that is
+not a collection path.
+
+Removed, as client-go's ``TransformStripManagedFields`` does for kube-controller-manager's and the
+scheduler's informers: ``metadata.managedFields``, which no controller reads and which is a large
+share of each cached object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pykubelet.common.apiclient import ApiError
+from pykubelet.server.controllers.kit import Api, Obj
+from pykubelet.server.errors import StatusError
+from pykubelet.server.resources import lookup
+from pykubelet.server.storage import Storage, WatchEvent
+
+
+def collection(path: str) -> tuple[str, str | None] | None:
+    """``(storage key, namespace or None)`` of a built-in collection path served in-process,
+    ``None`` for any other path."""
+    parts = path.strip("/").split("/")
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    ns: str | None = None
+    if len(rest) == 3 and rest[0] == "namespaces":
+        ns, rest = rest[1], rest[2:]
+    if len(rest) != 1 or group == "events.k8s.io":
+        return None
+    ri = lookup(group, version, rest[0])
+    if ri is None or ri.virtual or (ns is not None and not ri.namespaced):
+        return None
+    return ri.key, ns
+
+
+def _decode(data: bytes) -> Obj:
+    obj: Obj = json.loads(data)
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
+class InProcessReads:
+    """An :class:`~pykubelet.server.controllers.kit.Api` whose lists and watches of built-in
+    collections read ``store`` in this process; everything else goes to ``api``."""
+
+    def __init__(self, api: Api, store: Storage) -> None:
+        self.api = api
+        self.store = store
+
+    # served here --------------------------------------------------------------------------------
+
+    async def list(self, path: str, params: Any = None) -> Obj:
+        target = None if params else collection(path)
+        if target is None:
+            return await self.api.list(path, params)
+        resource, ns = target
+        items = []
+        for (ons, name), _ in self.store.iter_raw(resource, ns):
+            data = self.store.encoded(resource, ons, name)
+            if data is not None:
+                items.append(_decode(data))
+        return {"items": items, "metadata": {"resourceVersion": str(self.store.revision)}}
+
+    def watch(self, path: str, *, resource_version: str | None = None, params: Any = None,
+              timeout_seconds: int | None = None) -> AsyncIterator[tuple[str, Obj]]:
+        target = None if params else collection(path)
+        if target is None:
+            return self.api.watch(path, resource_version=resource_version, params=params,  # type: ignore[no-any-return]
+                                  timeout_seconds=timeout_seconds)
+        return self._watch(*target, resource_version, timeout_seconds)
+
+    async def _watch(self, resource: str, ns: str | None, resource_version: str | None,
+                     timeout_seconds: int | None) -> AsyncIterator[tuple[str, Obj]]:
+        try:
+            since = int(resource_version) if resource_version not in (None, "", "0") else None
+        except ValueError:
+            raise ApiError(400, "BadRequest", f"invalid resourceVersion {resource_version!r}") from None
+        try:
+            w = self.store.watch(resource, ns, since)
+        except StatusError as e:  # 410 Expired: the informer relists, as over HTTP
+            raise ApiError(e.code, e.reason, e.message) from None
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_seconds):
+                    while True:
+                        ev: WatchEvent | None = await w.queue.get()
+                        if ev is None:  # the store closed or ended the watch
+                            return
+                        yield ev.type, _decode(ev.encoded())
+        finally:
+            self.store.unwatch(w)
+
+    # passed on ----------------------------------------------------------------------------------
+
+    async def get(self, path: str, params: Any = None) -> Obj:
+        return await self.api.get(path, params)
+
+    async def create(self, path: str, body: Obj, params: Any = None) -> Obj:
+        return await self.api.create(path, body, params)
+
+    async def replace(self, path: str, body: Obj, params: Any = None) -> Obj:
+        return await self.api.replace(path, body, params)
+
+    async def patch(self, path: str, body: Any, patch_type: str = "merge", params: Any = None) -> Obj:
+        return await self.api.patch(path, body, patch_type, params)
+
+    async def delete(self, path: str, body: Obj | None = None, params: Any = None) -> Obj:
+        return await self.api.delete(path, body, params)

@@ -1,0 +1,108 @@
+"""The in-process controllers list and watch the store directly (no HTTP round per event): they
+see every change once it is written, get objects of their own, and relist after 410 as over HTTP."""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from pykubelet.common.apiclient import ApiError
+from pykubelet.server.controllers import kit
+from pykubelet.server.localwatch import InProcessReads, collection
+from pykubelet.server.storage import Storage
+from tests.builders import pod
+from tests.fakes import FakeApi, eventually
+
+
+def _pod(name: str, ns: str = "default") -> dict:
+    p = pod(name, namespace=ns)
+    p["metadata"]["managedFields"] = [{"manager": "kubectl", "operation": "Update"}]
+    return p
+
+
+def test_only_built_in_collections_without_selectors_are_read_in_process() -> None:
+    assert collection("/api/v1/pods") == ("pods", None)
+    assert collection("/api/v1/namespaces/kube-system/pods") == ("pods", "kube-system")
+    assert collection("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases") == \
+        ("leases.coordination.k8s.io", "kube-node-lease")
+    assert collection("/api/v1/nodes") == ("nodes", None)
+    for other in ("/api/v1/namespaces/default/pods/web", "/apis/events.k8s.io/v1/events",
+                  "/apis/example.com/v1/widgets", "/api/v1/namespaces/default/nodes", "/healthz"):
+        assert collection(other) is None, other
+
+
+async def test_lists_and_watches_come_from_the_store_and_other_calls_go_to_the_api(tmp_path: Path) -> None:
+    store = Storage(tmp_path / "s.db")
+    store.open()
+    api = FakeApi()
+    api.put("/api/v1/namespaces/default/pods/remote", pod("remote"))
+    reads = InProcessReads(api, store)  # type: ignore[arg-type]
+    try:
+        store.create("pods", "default", "a", _pod("a"))
+        store.create("pods", "other", "b", _pod("b", "other"))
+        lst = await reads.list("/api/v1/namespaces/default/pods")
+        assert [p["metadata"]["name"] for p in lst["items"]] == ["a"]
+        assert "managedFields" not in lst["items"][0]["metadata"]  # as upstream's informers strip them
+        lst["items"][0]["spec"]["nodeName"] = "mine"  # the caller's own copy
+        assert "nodeName" not in store.peek("pods", "default", "a")["spec"]
+        rv = lst["metadata"]["resourceVersion"]
+        assert rv == str(store.revision)
+
+        events: list[tuple[str, str]] = []
+
+        async def follow() -> None:
+            async for etype, obj in reads.watch("/api/v1/pods", resource_version=rv):
+                events.append((etype, obj["metadata"]["name"]))
+
+        task = asyncio.create_task(follow())
+        await asyncio.sleep(0)
+        store.create("pods", "default", "c", _pod("c"))
+        store.delete("pods", "default", "a")
+        await eventually(lambda: events == [("ADDED", "c"), ("DELETED", "a")], timeout=5)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert store.watchers("pods") == []  # a stopped watch leaves nothing subscribed
+
+        # selectors, single objects and writes are the API's
+        assert (await reads.get("/api/v1/namespaces/default/pods/remote"))["metadata"]["name"] == "remote"
+        await reads.list("/api/v1/pods", {"labelSelector": "app=x"})
+        assert api.lists == [("/api/v1/pods", {"labelSelector": "app=x"})]
+    finally:
+        store.close()
+
+
+async def test_a_watch_behind_the_history_is_410_and_a_timed_out_watch_just_ends(tmp_path: Path) -> None:
+    store = Storage(tmp_path / "s.db", history=2)
+    store.open()
+    reads = InProcessReads(FakeApi(), store)  # type: ignore[arg-type]
+    try:
+        for i in range(4):
+            store.create("pods", "default", f"p{i}", _pod(f"p{i}"))
+        with pytest.raises(ApiError) as e:
+            async for _ in reads.watch("/api/v1/pods", resource_version="1"):
+                pass
+        assert e.value.status == 410
+        got = [ev async for ev in reads.watch("/api/v1/pods", resource_version=str(store.revision), timeout_seconds=0)]
+        assert got == []
+    finally:
+        store.close()
+
+
+async def test_a_shared_informer_over_the_store_sees_each_write_once(tmp_path: Path) -> None:
+    store = Storage(tmp_path / "s.db")
+    store.open()
+    shared = kit.SharedInformers(InProcessReads(FakeApi(), store))  # type: ignore[arg-type]
+    seen: list[tuple[str, str, str]] = []
+    task = asyncio.create_task(kit.follow(shared, "/api/v1/pods", lambda e, o: seen.append(
+        (e, o["metadata"]["name"], o["metadata"]["resourceVersion"]))))
+    try:
+        store.create("pods", "default", "a", _pod("a"))
+        await eventually(lambda: seen, timeout=5)
+        updated = store.update("pods", "default", "a", {**_pod("a"), "status": {"phase": "Running"}})
+        await eventually(lambda: len(seen) == 2, timeout=5)
+        assert seen == [("ADDED", "a", "1"), ("MODIFIED", "a", updated["metadata"]["resourceVersion"])]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await shared.close()
+        store.close()
