@@ -841,16 +841,7 @@ class ApiHttp:
         if wants_table(accept):
             items, rev, cont, remaining = self.registry.list_shared(*sel)
             return web.Response(body=self.registry.table_json(ri, items, rev, cont, remaining), content_type=JSON_CT)
-        encoded, rev, cont, remaining = self.registry.list_encoded(*sel)
-        meta: dict[str, Any] = {"resourceVersion": str(rev)}
-        if cont:
-            meta["continue"] = cont
-            if remaining is not None:
-                meta["remainingItemCount"] = remaining
-        head = json.dumps({"kind": ri.list_kind, "apiVersion": ri.api_version, "metadata": meta},
-                          separators=(",", ":")).encode()
-        body = b"".join((head[:-1], b',"items":[', b",".join(encoded), b"]}"))
-        return web.Response(body=body, content_type=JSON_CT)
+        return web.Response(body=self.registry.list_json(*sel), content_type=JSON_CT)
 
     async def _watch(self, request: web.Request, ri: ResourceInfo, info: RequestInfo,
                      ctx: RequestContext) -> web.StreamResponse:

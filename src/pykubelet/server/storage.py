@@ -13,6 +13,11 @@ ring, otherwise it gets ``410 Expired`` ("too old resource version").  After a r
 empty and covers exactly the persisted revision onward.  Optimistic concurrency: an update that
 names a resourceVersion other than the stored one fails with 409 Conflict.
 
+The same ring serves paged lists (upstream reads etcd at the continue token's revision): a
+:class:`Snapshot` is the current sorted keys with the writes since a revision undone from the ring,
+so pages after the first show the first page's state and nothing is kept per list; a revision the
+ring no longer reaches is :class:`Compacted` (410 Expired in the API).
+
 Everything runs on the event loop thread, so no locking is needed: a write and its fan-out to
 watchers happen atomically with respect to other coroutines.
 
@@ -55,6 +60,7 @@ import bisect
 import collections
 import copy
 import heapq
+import itertools
 import json
 import logging
 import operator
@@ -221,6 +227,27 @@ class Snapshot:
         if not self._overlay:
             return self._current(start)
         return heapq.merge(self._current(start), self._past(start), key=operator.itemgetter(0))
+
+    def rows(self, start: Key | None = None, n: int | None = None) -> tuple[list[Key], list[Obj], list[bytes]]:
+        """The first ``n`` (all: ``None``) of :meth:`items` as three lists: keys, objects, JSON.
+        Without writes since ``rev`` these are slices of the key index and lookups, no walk in
+        Python per object (a full list of 10,000 pods is a few list comprehensions)."""
+        if self._overlay:
+            got = list(self.items(start) if n is None else itertools.islice(self.items(start), n))
+            return [g[0] for g in got], [g[1] for g in got], [g[2] for g in got]
+        keys, lo, hi = self._bounds(start)
+        if n is not None:
+            hi = min(hi, lo + n)
+        ks = keys[lo:hi]
+        items = self.store._objects[self.resource]
+        objs = [items[k] for k in ks]  # the key index is rebuilt on every create and delete
+        cache = self.store._encoded[self.resource]
+        data = [cache.get(k) for k in ks]
+        if None in data:  # not encoded since the store was loaded
+            for i, d in enumerate(data):
+                if d is None:
+                    data[i] = cache[ks[i]] = json.dumps(objs[i], separators=(",", ":")).encode()
+        return ks, objs, data  # type: ignore[return-value]  # no None left
 
     def count_from(self, start: Key) -> int:
         """How many objects sort at or after ``start`` at ``rev``: a page's ``remainingItemCount``
