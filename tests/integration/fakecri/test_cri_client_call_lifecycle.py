@@ -1,0 +1,102 @@
+"""What a CRI call does when it is cancelled, runs past its deadline, or the runtime restarts under it.
+
+These are the guarantees the agent relies on from ``CRIClient`` whatever carries the call (the prober
+passes its hung-runtime guard as the call's deadline; pod workers cancel syncs in flight; a runtime
+restart must not need an agent restart): checked over a real unix socket against the fake runtime
+served by gRPC, whose ExecSync is made to hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import grpc
+import pytest
+from cri_api.v1 import api_pb2 as pb
+
+from pykubelet.cri import CRIClient, CRIError
+from pykubelet.fakecri import FakeRuntime, serve
+from tests.fakes import eventually
+
+
+class HangingExecRuntime(FakeRuntime):
+    """ExecSync never answers; records when a call reaches it and when the runtime sees it cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exec_started = 0
+        self.exec_cancelled = 0
+
+    async def ExecSync(self, request: pb.ExecSyncRequest, context: Any) -> pb.ExecSyncResponse:
+        self.exec_started += 1
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.exec_cancelled += 1
+            raise
+        raise AssertionError("unreachable")
+
+
+@pytest.fixture
+def sock() -> Iterator[str]:
+    d = tempfile.mkdtemp(prefix="fcri", dir="/tmp")  # short: unix socket paths max ~107 bytes
+    yield f"{d}/cri.sock"
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+async def hanging(sock: str) -> AsyncIterator[tuple[CRIClient, HangingExecRuntime, list[tuple[str, Any]]]]:
+    server, rt = await serve(sock, HangingExecRuntime())
+    assert isinstance(rt, HangingExecRuntime)
+    seen: list[tuple[str, Any]] = []
+    client = CRIClient(f"unix://{sock}", timeout=10, observer=lambda op, s, e: seen.append((op, e)))
+    try:
+        await client.connect(wait=5)
+        yield client, rt, seen
+    finally:
+        await client.close()
+        await server.stop(None)
+
+
+async def test_cancelling_the_awaiting_task_cancels_the_call_on_the_runtime(hanging: Any) -> None:
+    client, rt, seen = hanging
+    task = asyncio.create_task(client.exec_sync("any", ["true"], timeout=5))
+    await eventually(lambda: rt.exec_started == 1, timeout=10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await eventually(lambda: rt.exec_cancelled == 1, timeout=10)
+    assert [op for op, _ in seen] == ["version"]  # a cancelled call is no runtime error
+
+
+async def test_a_call_past_its_deadline_fails_with_deadline_exceeded_and_is_counted(hanging: Any) -> None:
+    client, rt, seen = hanging
+    with pytest.raises(CRIError) as ei:
+        await client.exec_sync("any", ["true"], timeout=5, deadline=0.3)
+    assert ei.value.deadline_exceeded
+    assert ei.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert str(ei.value).startswith("exec_sync: rpc error: code = DeadlineExceeded desc = ")
+    assert seen[-1][0] == "exec_sync" and seen[-1][1] is ei.value
+    await eventually(lambda: rt.exec_cancelled == 1, timeout=10)  # the runtime stops waiting too
+
+
+async def test_the_same_client_reaches_a_restarted_runtime(sock: str) -> None:
+    server, _ = await serve(sock)
+    client = CRIClient(f"unix://{sock}", timeout=5)
+    try:
+        await client.connect(wait=5)
+        await server.stop(None)
+        with pytest.raises(CRIError) as ei:
+            await client.version()
+        assert ei.value.unavailable
+        server, _ = await serve(sock)
+        v = await client.connect(wait=20)
+        assert v.runtime_name == "fakecri"
+        assert (await client.status()).status.conditions[0].type == "RuntimeReady"
+    finally:
+        await client.close()
+        await server.stop(None)
