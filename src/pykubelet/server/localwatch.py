@@ -18,13 +18,16 @@ not a collection path.
 
 Removed, as client-go's ``TransformStripManagedFields`` does for kube-controller-manager's and the
 scheduler's informers: ``metadata.managedFields``, which no controller reads and which is a large
-share of each cached object.
+share of each cached object. ``metadata_only=True`` serves what upstream's metadata informers
+(``PartialObjectMetadata``) give the garbage collector: apiVersion, kind and metadata, copied from
+the stored object without decoding the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -65,13 +68,27 @@ def _decode(data: bytes) -> Obj:
     return obj
 
 
+def _metadata(obj: Obj) -> Obj:
+    """apiVersion, kind and a copy of the metadata (without managedFields) of a stored object."""
+    meta = obj.get("metadata") or {}
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+            "metadata": {k: copy.deepcopy(v) for k, v in meta.items() if k != "managedFields"}}
+
+
 class InProcessReads:
     """An :class:`~pykubelet.server.controllers.kit.Api` whose lists and watches of built-in
     collections read ``store`` in this process; everything else goes to ``api``."""
 
-    def __init__(self, api: Api, store: Storage) -> None:
+    def __init__(self, api: Api, store: Storage, *, metadata_only: bool = False) -> None:
         self.api = api
         self.store = store
+        self.metadata_only = metadata_only
+
+    def _object(self, resource: str, ns: str, name: str, obj: Obj) -> Obj | None:
+        if self.metadata_only:
+            return _metadata(obj)
+        data = self.store.encoded(resource, ns, name)
+        return None if data is None else _decode(data)
 
     # served here --------------------------------------------------------------------------------
 
@@ -81,10 +98,10 @@ class InProcessReads:
             return await self.api.list(path, params)
         resource, ns = target
         items = []
-        for (ons, name), _ in self.store.iter_raw(resource, ns):
-            data = self.store.encoded(resource, ons, name)
-            if data is not None:
-                items.append(_decode(data))
+        for (ons, name), stored in self.store.iter_raw(resource, ns):
+            obj = self._object(resource, ons, name, stored)
+            if obj is not None:
+                items.append(obj)
         return {"items": items, "metadata": {"resourceVersion": str(self.store.revision)}}
 
     def watch(self, path: str, *, resource_version: str | None = None, params: Any = None,
@@ -112,7 +129,7 @@ class InProcessReads:
                         ev: WatchEvent | None = await w.queue.get()
                         if ev is None:  # the store closed or ended the watch
                             return
-                        yield ev.type, _decode(ev.encoded())
+                        yield ev.type, _metadata(ev.obj) if self.metadata_only else _decode(ev.encoded())
         finally:
             self.store.unwatch(w)
 

@@ -81,12 +81,15 @@ CONTROLLERS = ("scheduler", "node-lifecycle", "persistentvolume", *kcm.names())
 
 
 def _make_controller(name: str, api: ApiClient, kw: dict[str, Any],
-                     shared: kit.SharedInformers | None = None) -> kcm.Runnable:
+                     shared: kit.SharedInformers | None = None, store: Storage | None = None) -> kcm.Runnable:
     """One controller, configured from ``controller_kwargs`` (``server/controllers`` registry).
     ``shared``: the server's shared informers, which the scheduler, node lifecycle and PV
-    controllers follow too (one watch and one decoded copy of each pod for all of them)."""
+    controllers follow too (one watch and one decoded copy of each pod for all of them).
+    ``store``: a kit controller's own lists and watches read it in this process (``localwatch``);
+    the garbage collector's get metadata only, as upstream's metadata informers give it."""
     if name in kcm.REGISTRY:
-        return kcm.make(name, api, kw)
+        reads = api if store is None else InProcessReads(api, store, metadata_only=name == "garbagecollector")
+        return kcm.make(name, reads, kw)
     if name == "scheduler":
         return Scheduler(api, informers=shared, **{k: kw[k] for k in ("retry_interval",) if k in kw})
     if name == "persistentvolume":
@@ -97,15 +100,15 @@ def _make_controller(name: str, api: ApiClient, kw: dict[str, Any],
 
 
 async def _run_controller(name: str, url: str, token: str, ca: Path, kwargs: dict[str, Any],
-                          shared: kit.SharedInformers | None = None) -> None:
+                          shared: kit.SharedInformers | None = None, store: Storage | None = None) -> None:
     api = ApiClient(url, token=token, ca_file=str(ca))
     try:
         while True:
             if shared is not None:
                 with kit.sharing(shared):  # one pod watch for all the controllers, not one each
-                    ctl = _make_controller(name, api, kwargs, shared)
+                    ctl = _make_controller(name, api, kwargs, shared, store)
             else:
-                ctl = _make_controller(name, api, kwargs)
+                ctl = _make_controller(name, api, kwargs, store=store)
             try:
                 await ctl.run()
             except asyncio.CancelledError:
@@ -219,7 +222,7 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
         shared = kit.SharedInformers(InProcessReads(shared_api, store))
         for name in CONTROLLERS:
             handle.controllers.append(asyncio.create_task(
-                _run_controller(name, url, admin_token, pki.ca_crt, kw, shared), name=name))
+                _run_controller(name, url, admin_token, pki.ca_crt, kw, shared, store), name=name))
     log.info("API server listening on %s", url)
     try:
         yield handle

@@ -44,7 +44,7 @@ async def test_lists_and_watches_come_from_the_store_and_other_calls_go_to_the_a
         assert [p["metadata"]["name"] for p in lst["items"]] == ["a"]
         assert "managedFields" not in lst["items"][0]["metadata"]  # as upstream's informers strip them
         lst["items"][0]["spec"]["nodeName"] = "mine"  # the caller's own copy
-        assert "nodeName" not in store.peek("pods", "default", "a")["spec"]
+        assert "nodeName" not in (store.peek("pods", "default", "a") or {})["spec"]
         rv = lst["metadata"]["resourceVersion"]
         assert rv == str(store.revision)
 
@@ -105,4 +105,27 @@ async def test_a_shared_informer_over_the_store_sees_each_write_once(tmp_path: P
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await shared.close()
+        store.close()
+
+
+async def test_the_garbage_collectors_reads_carry_metadata_only_as_upstreams_metadata_informers(tmp_path: Path) -> None:
+    store = Storage(tmp_path / "s.db")
+    store.open()
+    reads = InProcessReads(FakeApi(), store, metadata_only=True)  # type: ignore[arg-type]
+    try:
+        owned = _pod("a")
+        owned["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                                                  "uid": "u1"}]
+        store.create("pods", "default", "a", owned)
+        [item] = (await reads.list("/api/v1/pods"))["items"]
+        assert set(item) == {"apiVersion", "kind", "metadata"} and "managedFields" not in item["metadata"]
+        assert item["metadata"]["ownerReferences"][0]["uid"] == "u1"
+        item["metadata"]["ownerReferences"].clear()  # a copy: the store's object keeps its references
+        assert (store.peek("pods", "default", "a") or {})["metadata"]["ownerReferences"]
+        watch = reads.watch("/api/v1/pods", resource_version=str(store.revision))
+        store.delete("pods", "default", "a")
+        etype, obj = await anext(watch)
+        assert (etype, set(obj), obj["metadata"]["name"]) == ("DELETED", {"apiVersion", "kind", "metadata"}, "a")
+        await watch.aclose()  # type: ignore[attr-defined]
+    finally:
         store.close()
