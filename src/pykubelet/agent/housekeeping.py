@@ -12,7 +12,9 @@ else a fresh one:
    down), each in its own task so a slow kill never delays the pass;
 3. runs the registered ``HousekeepingStep``s with the sets of pods the node knows: pod cgroups, pod
    directories and pod log directories of unknown pods, ``/var/log/containers`` links of containers
-   the runtime no longer has, back-off entries. A new subsystem that leaves debris per pod adds a step here.
+   the runtime no longer has (once a minute, with container GC, as upstream), back-off entries. A new
+   subsystem that leaves debris per pod adds a step here; a step whose upstream counterpart runs less
+   often keeps its own period.
 
 Steps are independent: one failing is logged and the others still run.
 
@@ -46,6 +48,7 @@ PodForgotten = Callable[[str], None]  # called with the uid of a pod the node no
 
 ORPHAN_GRACE = 2  # seconds: an orphan's spec is unknown, upstream kills it with a short grace
 MAX_LISTING_AGE = 2.0  # seconds: how old a runtime listing a pass may reuse (the PLEG relists every 1 s)
+LOG_LINKS_PERIOD = 60.0  # upstream ContainerGCPeriod, which removes the stale log links
 
 
 @dataclass
@@ -200,10 +203,18 @@ def directory_step(remove: Callable[[Path, frozenset[str]], None], base: Path) -
     return step
 
 
-def log_links_step(containers_log_dir: str) -> HousekeepingStep:
-    """Legacy ``/var/log/containers`` links of containers the runtime no longer has (upstream
-    container GC)."""
+def log_links_step(containers_log_dir: str, *, period: float = LOG_LINKS_PERIOD,
+                   clock: Callable[[], float] = time.monotonic) -> HousekeepingStep:
+    """Legacy ``/var/log/containers`` links of containers the runtime no longer has, at most every
+    ``period`` (upstream removes them in container GC's ``evictPodLogsDirectories``, every
+    ``ContainerGCPeriod``: 1 min; a pass over 1,000 links every 2 s was work for nothing)."""
+    last: float | None = None
+
     async def step(ctx: HousekeepingContext) -> None:
+        nonlocal last
+        if last is not None and clock() - last < period:
+            return
+        last = clock()
         await asyncio.to_thread(cleanup_symlinks, containers_log_dir, set(ctx.runtime_container_ids),
                                 created_before=ctx.listed_at - 1.0)  # file times use a coarse clock
     return step

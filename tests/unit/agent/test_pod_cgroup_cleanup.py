@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pykubelet.agent.cm.podcgroups import PodCgroupManager
-from tests.builders import pod
+from pykubelet.agent.cm.podcgroups import QOS_RESYNC_PERIOD, PodCgroupManager
+from pykubelet.agent.interfaces import HousekeepingContext
+from tests.builders import container, pod
 
 
 def _tree(tmp_path: Path) -> Path:
@@ -34,3 +35,59 @@ async def test_debris_only_in_the_systemd_hierarchy_is_found(tmp_path: Path) -> 
     m = PodCgroupManager("/pk", mount=str(mount))
     (mount / "systemd" / "pk/kubepods/besteffort/podgone").mkdir(parents=True)
     assert await m.list_pod_uids() == {"gone"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _ctx(*known: str) -> HousekeepingContext:
+    return HousekeepingContext(desired=frozenset(known), known=frozenset(known))
+
+
+async def test_a_pod_that_leaves_the_node_has_its_cgroup_removed_by_the_next_pass(tmp_path: Path) -> None:
+    mount = _tree(tmp_path)
+    m = PodCgroupManager("/pk", mount=str(mount), clock=Clock())
+    step = m.cleanup_step(lambda: [])
+    for uid in ("u1", "u2"):
+        await m.ensure(pod(uid=uid))
+    await step(_ctx("u1", "u2"))
+    assert await m.list_pod_uids() == {"u1", "u2"}
+    await step(_ctx("u1"))  # u2 left the node's known pods
+    assert await m.list_pod_uids() == {"u1"}
+
+
+async def test_debris_made_outside_the_agent_is_removed_within_the_resync_period(tmp_path: Path) -> None:
+    mount = _tree(tmp_path)
+    clock = Clock()
+    m = PodCgroupManager("/pk", mount=str(mount), clock=clock)
+    step = m.cleanup_step(lambda: [])
+    await m.ensure(pod(uid="u1"))
+    await step(_ctx("u1"))
+    (mount / "memory" / "pk/kubepods/besteffort/podstray").mkdir(parents=True)
+    clock.now += QOS_RESYNC_PERIOD
+    await step(_ctx("u1"))
+    assert await m.list_pod_uids() == {"u1"}
+
+
+async def test_qos_tiers_follow_a_new_pod_at_the_next_pass_and_are_restored_within_the_resync_period(
+        tmp_path: Path) -> None:
+    mount = _tree(tmp_path)
+    clock = Clock()
+    m = PodCgroupManager("/pk", mount=str(mount), clock=clock)
+    shares = mount / "cpu" / "pk/kubepods/burstable/cpu.shares"
+    pods = [pod(uid="b1", containers=[container("c", requests={"cpu": "1"})])]
+    step = m.cleanup_step(lambda: pods)
+    await step(_ctx("b1"))
+    assert shares.read_text() == "1024"
+    pods.append(pod(uid="b2", containers=[container("c", requests={"cpu": "500m"})]))
+    await step(_ctx("b1", "b2"))
+    assert shares.read_text() == "1536"
+    shares.write_text("2")  # changed behind the agent's back: the minute's update writes it again
+    clock.now += QOS_RESYNC_PERIOD
+    await step(_ctx("b1", "b2"))
+    assert shares.read_text() == "1536"
