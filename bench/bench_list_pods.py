@@ -14,13 +14,14 @@ Baselines, same run, same machine: a bare aiohttp HTTPS server (its own process,
 certificate) answering with the **already encoded** JSON list body that the API server returned —
 the cost of moving those bytes over TLS to this client, the floor of any list — and, for
 information, ``json.dumps`` of that list in this process (the cost of encoding it once in Python).
-Also the server's median CPU time per list (utime+stime) against the floor server's per request:
+Also the server's mean CPU time per list (utime+stime) against the floor server's per request:
 on a shared machine these move less than wall times.  The pods name a scheduler that does not
 exist, so they stay Pending without the default scheduler retrying them during the timed lists.
 Goal: ≤ 200 ms for 10,000 pods, JSON and Table.
 
 Usage: ``.venv/bin/python bench/bench_list_pods.py [--pods 10000] [--runs 5] [--json out.json]``;
-``--pods 1000`` is a smoke run. Internally ``--serve-floor FILE PORT CERT KEY`` runs the floor server.
+``--pods 1000`` is a smoke run.  ``--in-process`` measures only the server's list building (CPU ms
+per list in this process, no HTTP/TLS): the figure to compare code with on a loaded machine. Internally ``--serve-floor FILE PORT CERT KEY`` runs the floor server.
 """
 
 from __future__ import annotations
@@ -82,21 +83,72 @@ async def paged_table(session: aiohttp.ClientSession, base: str) -> tuple[float,
 
 
 async def median_of(runs: int, fn: Any, pid: int | None = None) -> tuple[float, Any]:
-    """Median wall seconds of ``runs`` calls; with ``pid``, also that process's median CPU seconds
-    per call (utime+stime: less moved by other load on the machine than wall time)."""
-    times, cpus, last = [], [], None
+    """Median wall seconds of ``runs`` calls; with ``pid``, also that process's CPU seconds per
+    call (utime+stime over all the calls / ``runs``: less moved by other load on the machine than
+    wall time, and finer than one call's 10 ms clock ticks)."""
+    times, last = [], None
+    c0 = cpu_seconds(pid) if pid else 0.0
     for _ in range(runs):
-        c0 = cpu_seconds(pid) if pid else 0.0
         t, last = await fn()
         times.append(t)
-        if pid:
-            cpus.append(cpu_seconds(pid) - c0)
     if pid:
-        CPU[pid] = statistics.median(cpus)
+        CPU[pid] = (cpu_seconds(pid) - c0) / runs
     return statistics.median(times), last
 
 
-CPU: dict[int, float] = {}  # pid -> median CPU seconds per call of the last median_of(pid=...)
+CPU: dict[int, float] = {}  # pid -> mean CPU seconds per call of the last median_of(pid=...)
+
+
+def in_process(pods: int, runs: int) -> dict[str, float]:
+    """The server's own work per list, without HTTP and TLS: median CPU milliseconds (process
+    time) of building the JSON and Table bodies of ``pods`` pods in this process.  Stable on a
+    shared machine, where the HTTP figures move with the load; run it against another tree with
+    ``PYTHONPATH=<tree>/src`` to compare code."""
+    import datetime as dt
+
+    from pykubelet.server.auth import UserInfo
+    from pykubelet.server.main import run_server
+    from pykubelet.server.registry import RequestContext
+    from pykubelet.server.resources import BY_GVR
+
+    async def go() -> dict[str, float]:
+        with tempfile.TemporaryDirectory(prefix="pkl-", dir="/tmp") as d:
+            async with run_server(d, port=0, controllers=False) as srv:
+                reg, ri = srv.registry, BY_GVR[("", "v1", "pods")]
+                ctx = RequestContext(UserInfo("admin", "", ["system:masters"]))
+                for i in range(pods):
+                    pod = pod_manifest(f"list-{i:05d}")
+                    pod["spec"]["schedulerName"] = "pkbench-nobody"
+                    await reg.create(ri, "default", pod, ctx)
+
+                def as_json() -> bytes:
+                    if hasattr(reg, "list_json"):
+                        return bytes(reg.list_json(ri, None, None, None, None, None))
+                    items, rev, _c, _r = reg.list_encoded(ri, None, None, None, None, None)  # older trees
+                    head = json.dumps({"kind": ri.list_kind, "apiVersion": ri.api_version,
+                                       "metadata": {"resourceVersion": str(rev)}}).encode()
+                    return b"".join((head[:-1], b',"items":[', b",".join(items), b"]}"))
+
+                def as_table(limit: int | None = None) -> int:
+                    cont, n = None, 0
+                    while True:
+                        items, rev, cont, rem = reg.list_shared(ri, None, None, None, limit, cont)
+                        n += len(reg.table_json(ri, items, rev, cont, rem))
+                        if not cont:
+                            return n
+
+                out: dict[str, float] = {}
+                for name, fn in (("json", as_json), ("table", as_table), ("paged_table", lambda: as_table(500))):
+                    fn()  # warm (row cache, encodings)
+                    ts = []
+                    for _ in range(runs):
+                        t0 = time.process_time()
+                        fn()
+                        ts.append(time.process_time() - t0)
+                    out[f"{name}_cpu_ms"] = round(statistics.median(ts) * 1000, 1)
+                out["at"] = dt.datetime.now(dt.UTC).timestamp()
+                return out
+    return asyncio.run(go())
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -197,7 +249,7 @@ def report(r: dict[str, Any]) -> None:
     print(f"Table list: {r['table_ms']:.1f} ms ({r['table_bytes'] / 1e6:.1f} MB) = {r['table_ratio']:.2f}x the floor "
           f"(goal <= {TARGET_MS:.0f} ms: {'MET' if t['table'] else 'NOT MET'})")
     if "floor_cpu_ms" in r:
-        print(f"server CPU per list (median): JSON {r['json_cpu_ms']:.0f} ms, Table {r['table_cpu_ms']:.0f} ms; "
+        print(f"server CPU per list (mean): JSON {r['json_cpu_ms']:.0f} ms, Table {r['table_cpu_ms']:.0f} ms; "
               f"floor server {r['floor_cpu_ms']:.0f} ms ({r['json_cpu_ms'] / max(r['floor_cpu_ms'], 0.1):.2f}x / "
               f"{r['table_cpu_ms'] / max(r['floor_cpu_ms'], 0.1):.2f}x)")
     print(f"kubectl-style Table pages of 500: {r['paged_table_ms']:.1f} ms in all "
@@ -231,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="afterwards, py-spy the server over N more lists of each kind")
     p.add_argument("--quick", action="store_true", help="1,000 pods, 3 runs")
+    p.add_argument("--in-process", action="store_true",
+                   help="only the server's list building, in this process (CPU ms per list, no HTTP)")
     p.add_argument("--json", default=None)
     p.add_argument("--serve-floor", nargs=4, metavar=("FILE", "PORT", "CERT", "KEY"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -240,6 +294,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.pods, args.runs = 1000, 3
+    if args.in_process:
+        ip = in_process(args.pods, args.runs)
+        print(f"in-process, {args.pods} pods, median of {args.runs}: JSON {ip['json_cpu_ms']} ms, "
+              f"Table {ip['table_cpu_ms']} ms, Table pages of 500 {ip['paged_table_cpu_ms']} ms CPU per list "
+              f"(load {open('/proc/loadavg').read().split()[0]})")
+        save_json(args.json, ip)
+        return 0
     r = asyncio.run(run(args))
     report(r)
     save_json(args.json, r)

@@ -341,8 +341,10 @@ class Registry:
             meta["continue"] = cont
             if remaining is not None:
                 meta["remainingItemCount"] = remaining
-        return self.pod_rows.table(objs, meta, keep=lambda k: self.store.peek("pods", *k) is not None,
-                                   live=self.store.count("pods"))
+        def current(key: tuple[str, str], rv: str) -> bool:
+            obj = self.store.peek("pods", *key)
+            return obj is not None and obj["metadata"].get("resourceVersion") == rv
+        return self.pod_rows.table(objs, meta, keep=current, live=self.store.count("pods"))
 
     # ---------------------------------------------------------------- reads
     def _raw_get(self, ri: ResourceInfo, ns: str, name: str) -> Obj:

@@ -920,7 +920,7 @@ class _PodRow:
     which depend on the time of the request and are filled in then (RESTARTS only when the pod has
     restarted: "0" is part of ``prefix``)."""
 
-    rv: str
+    key: tuple[str, str]  # (namespace, name)
     head: bytes  # '{"cells":[NAME,READY,STATUS,'
     prefix: bytes | None  # head + RESTARTS + ',' when RESTARTS does not depend on the time
     tail: bytes  # ',IP,NODE,...],"object":{...}[,"conditions":[...]]},'  (with the separator)
@@ -930,26 +930,24 @@ class _PodRow:
 
 
 class PodRowCache:
-    """Encoded pod rows by (namespace, name), each valid for one resourceVersion.
+    """Encoded pod rows by resourceVersion (one global counter, so it names one revision of one pod).
 
     Listing 10,000 pods as a Table (``kubectl get pods -A``) otherwise recomputes every pod's STATUS
     and re-encodes its metadata on every request; upstream's printers are Go and cheap, ours are not.
-    A request then only looks each row up (by resourceVersion), fills
-    in AGE (and RESTARTS of pods that restarted) and joins all rows' bytes once.  Objects whose row
-    cannot be computed (a shape the printer does not expect) are not cached: they take
-    :func:`to_table`'s fallback row on every request.
+    A request then only looks each row up, fills in AGE (and RESTARTS of pods that restarted) and
+    joins all rows' bytes once.  Objects whose row cannot be computed (a shape the printer does not
+    expect) are not cached: they take :func:`to_table`'s fallback row on every request.
     """
 
     def __init__(self) -> None:
-        self._rows: dict[tuple[str, str], _PodRow] = {}
+        self._rows: dict[str, _PodRow] = {}
 
     def _row(self, pod: Obj) -> _PodRow | None:
         meta = _meta(pod)
-        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
-        row = self._rows.get(key)
-        if row is not None and row.rv and row.rv == meta.get("resourceVersion"):
+        rv = meta.get("resourceVersion")
+        row = self._rows.get(rv) if isinstance(rv, str) else None
+        if row is not None and row.key[1] == meta.get("name"):
             return row
-        rv = str(meta.get("resourceVersion", ""))
         try:
             cells, restarts, last_restart, conds = _pod_parts(pod)
         except _BAD_DATA:
@@ -960,18 +958,19 @@ class PodRowCache:
             tail += ',"conditions":' + _J(conds)
         fixed = not (restarts and last_restart is not None)  # else "N (5m ago)"
         created = parse_time(meta.get("creationTimestamp"))
-        row = _PodRow(rv, head, head + (_J(str(restarts)) + ",").encode() if fixed else None,
-                      (tail + "},").encode(), restarts, last_restart, None if created is None else created.timestamp())
-        if rv:
-            self._rows[key] = row
+        row = _PodRow((str(meta.get("namespace", "")), str(meta.get("name", ""))), head,
+                      head + (_J(str(restarts)) + ",").encode() if fixed else None, (tail + "},").encode(),
+                      restarts, last_restart, None if created is None else created.timestamp())
+        if rv and isinstance(rv, str):
+            self._rows[rv] = row
         return row
 
     def table(self, pods: list[Obj], meta: dict[str, Any], *, now: datetime | None = None,
-              keep: Callable[[tuple[str, str]], bool] | None = None, live: int | None = None) -> bytes:
+              keep: Callable[[tuple[str, str], str], bool] | None = None, live: int | None = None) -> bytes:
         """The same Table as ``to_table("pods", pods)`` with ``metadata`` ``meta``, as JSON bytes.
-        ``keep(key)``: whether a cached (namespace, name) still exists, asked when the cache has
-        grown well past the listed pods, or past ``live`` (how many pods exist: a page lists fewer),
-        deleted pods' rows are dropped then."""
+        ``keep(key, rv)``: whether (namespace, name) is still at resourceVersion ``rv``, asked when
+        the cache has grown a quarter past the listed pods or ``live`` (how many pods exist: a page
+        lists fewer); rows of changed and deleted pods are dropped then."""
         now = now or datetime.now(UTC)
         now_ts = now.timestamp()
         ages: dict[int, bytes] = {}
@@ -1003,6 +1002,6 @@ class PodRowCache:
         if pods:
             parts[-1] = parts[-1][:-1]  # no separator after the last row
         parts.append(b"]}")
-        if keep is not None and len(self._rows) > 2 * max(len(pods), live or 0) + 1000:
-            self._rows = {k: r for k, r in self._rows.items() if keep(k)}
+        if keep is not None and len(self._rows) > max(len(pods), live or 0) * 5 // 4 + 1000:
+            self._rows = {rv: r for rv, r in self._rows.items() if keep(r.key, rv)}
         return b"".join(parts)
