@@ -27,7 +27,8 @@ start are reported next to the wall time: on a shared machine they move less tha
 
 CRI calls per pod: the agent's ``kubelet_runtime_operations_total`` (read through the API server's
 ``nodes/<node>/proxy/metrics``) before the first POST and once every pod is Ready, by operation,
-divided by the pod count (``cri_calls_per_pod``; the raw baseline makes 5 per pod plus one pull).
+divided by the pod count (``cri_calls_per_pod``; the raw baseline makes 5 per pod plus one pull), and
+the pod syncs per pod by update type (``kubelet_pod_worker_duration_seconds_count``: ``syncs_per_pod``).
 
 ``--profile-start``: py-spy samples the agent and fakecri over the start window (share of samples
 by function), to see where the per-pod CPU goes.
@@ -102,10 +103,12 @@ async def runtime_operations(api: Any, node: str) -> dict[str, float]:
         return {}
     out: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith("kubelet_runtime_operations_total{"):
-            labels, _, value = line.rpartition(" ")
-            op = labels.split('operation_type="', 1)[-1].split('"', 1)[0]
-            out[op] = out.get(op, 0.0) + float(value)
+        for metric, prefix in (("kubelet_runtime_operations_total{", ""),
+                               ("kubelet_pod_worker_duration_seconds_count{", "sync:")):
+            if line.startswith(metric):
+                labels, _, value = line.rpartition(" ")
+                op = prefix + labels.split('operation_type="', 1)[-1].split('"', 1)[0]
+                out[op] = out.get(op, 0.0) + float(value)
     return out
 
 
@@ -214,7 +217,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if ops1:
             per_op = {k: round((v - ops0.get(k, 0.0)) / args.pods, 2) for k, v in sorted(ops1.items())
                       if v - ops0.get(k, 0.0) > 0}
-            result["cri_calls_per_pod"] = {"total": round(sum(per_op.values()), 2), **per_op}
+            cri = {k: v for k, v in per_op.items() if not k.startswith("sync:")}
+            result["cri_calls_per_pod"] = {"total": round(sum(cri.values()), 2), **cri}
+            result["syncs_per_pod"] = {k[5:]: v for k, v in per_op.items() if k.startswith("sync:")}
         for v in result["during_start"].values():
             v["cpu_s"] = round(v["cpu_pct"] * v["seconds"] / 100, 2)
         result["phases"] = phases(marks, t0)
@@ -295,6 +300,7 @@ def report(r: dict[str, Any]) -> None:
           f"<= {TARGET_START_RATIO:.0f}x: {'MET' if t.get('start_ratio') else 'NOT MET'})")
     if "cri_calls_per_pod" in r:
         print(f"agent CRI calls per pod over the start: {r['cri_calls_per_pod']}")
+        print(f"pod syncs per pod over the start, by update type: {r.get('syncs_per_pod')}")
     for name, v in r.get("during_start", {}).items():
         print(f"while starting, {name}: CPU {v['cpu_pct']:.1f} % of one core ({v.get('cpu_s', 0):.1f} CPU-s), "
               f"RSS max {v['rss_max_mb']:.1f} MB")

@@ -518,7 +518,7 @@ class Kubelet:
             self.pod_workers.update_pod(UpdatePodOptions(SyncPodType.SYNC, st.pod))
 
     def _on_pleg_event(self, event: PodLifecycleEvent) -> None:
-        if is_sync_pod_worthy(event):
+        if is_sync_pod_worthy(event) and not self.syncer.reported_by_its_sync(event):
             self._wake_pod(event.pod_uid)
 
     # ------------------------------------------------------------------ housekeeping

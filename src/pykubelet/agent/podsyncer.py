@@ -26,7 +26,8 @@ asking (upstream's cache answers a new pod the same way); a pod whose containers
 restart is listed by that relist, so it is adopted. While such a pod's first sync runs the relist
 leaves it to the sync (``is_making``), and when that sync made all of the pod's objects the re-read
 after starting asks for just those by id (``RuntimeManager.status_of_made``): a new pod costs no
-List call of its own. Probe results enter the status through the
+List call of its own. The ContainerStarted events of that re-read after a clean start wake no second
+sync (``reported_by_its_sync``): the status was generated from that very view. Probe results enter the status through the
 prober: each status generation first feeds it the runtime view (container id, running, started).
 """
 
@@ -46,7 +47,7 @@ from pykubelet.agent.container.runtime import ContainerState, RuntimePodStatus
 from pykubelet.agent.interfaces import EventRecorder, MirrorClient, PodLifecycleHook, PodNotReadyError
 from pykubelet.agent.kuberuntime.actions import ProbeKill, ProbeKillFunc, backoff_key
 from pykubelet.agent.kuberuntime.manager import MadeObjects, RuntimeManager
-from pykubelet.agent.pleg import PodStatusCache, StatusReader
+from pykubelet.agent.pleg import PodLifecycleEvent, PodLifecycleEventType, PodStatusCache, StatusReader
 from pykubelet.agent.podmanager import PodManager, pod_uid
 from pykubelet.agent.podworkers import SyncPodResult, SyncPodType
 from pykubelet.agent.prober.manager import ProbeManager, probe_containers
@@ -110,6 +111,16 @@ def runtime_has_nothing_of(*, synced_here: bool, listed_without_at: float | None
     return not synced_here and listed_without_at is not None and listed_without_at > last_forget
 
 
+def reported_by_its_sync(event_type: PodLifecycleEventType, *, clean_start_report: bool) -> bool:
+    """Whether a PLEG event needs no new sync of its pod because the pod's own sync reported it:
+    the re-read after a start that went through without error or back-off (``clean_start_report``)
+    emits ContainerStarted for what that sync just started, and the status was generated from that
+    very view; a sync woken by it would find nothing to do. Any other event (a container already
+    dead, one created but not started) still wakes the pod, as does a start that failed (retried at
+    once, as after upstream's next relist)."""
+    return clean_start_report and event_type is PodLifecycleEventType.CONTAINER_STARTED
+
+
 @dataclass(frozen=True)
 class _StatusInputs:
     """What one status generation was made from (besides the clock, which only stamps changes)."""
@@ -163,6 +174,7 @@ class PodSyncer:
         self._last_sync: dict[str, float] = {}
         self._began: set[str] = set()  # pods whose sync (of any kind) began in this process
         self._making: set[str] = set()  # pods whose in-flight sync began with nothing in the runtime
+        self._reporting: set[str] = set()  # pods whose clean start is being re-read and reported
         self._last_forget = 0.0  # wall clock of the last ``forget``
         # uid → what the last status generation that changed nothing was made from (``_update_status``)
         self._unchanged: dict[str, _StatusInputs] = {}
@@ -253,6 +265,10 @@ class PodSyncer:
                 metrics.POD_START_DURATION.observe(time.monotonic() - first_seen)
 
     # ------------------------------------------------------------------ PodSyncer
+    def reported_by_its_sync(self, event: PodLifecycleEvent) -> bool:
+        """``reported_by_its_sync`` for an event of the PLEG (the kubelet wakes no sync for it)."""
+        return reported_by_its_sync(event.type, clean_start_report=event.pod_uid in self._reporting)
+
     def is_making(self, uid: str) -> bool:
         """A sync of this pod is in flight that began with nothing of it in the runtime (so whatever
         a relist finds of the pod, that sync made it and reports it itself: ``GenericPLEG.making``)."""
@@ -299,7 +315,8 @@ class PodSyncer:
         self._last_sync[uid] = self.clock()
         if result.started:
             # report what we just started at once instead of after the next PLEG relist (up to 1 s)
-            rt = await self._refresh_after_start(pod, rt, result.made)
+            clean = not result.error and not (result.actions is not None and result.actions.backoff)
+            rt = await self._refresh_after_start(pod, rt, result.made, clean=clean)
         elif result.actions is not None and not result.actions.kill_pod:
             # nothing changed in the runtime: refresh waiting reasons (CrashLoopBackOff, ...) now
             # (skipped when neither they nor anything else the status is made from changed)
@@ -322,7 +339,8 @@ class PodSyncer:
             requeue = min(requeue if requeue is not None else deadline_left + 0.2, deadline_left + 0.2)
         return SyncPodResult(terminal=False, requeue_after=requeue)
 
-    async def _refresh_after_start(self, pod: Pod, rt: RuntimePodStatus, made: MadeObjects | None) -> RuntimePodStatus:
+    async def _refresh_after_start(self, pod: Pod, rt: RuntimePodStatus, made: MadeObjects | None, *,
+                                   clean: bool = False) -> RuntimePodStatus:
         """Re-read the runtime after starting containers and hand the new status over at once.
 
         The status manager writes it immediately (no batching), so the first ``Running`` reaches the
@@ -335,6 +353,8 @@ class PodSyncer:
         if made is not None:
             def read() -> Awaitable[RuntimePodStatus]:
                 return self.runtime.status_of_made(uid, made)
+        if clean:
+            self._reporting.add(uid)  # its ContainerStarted events need no second sync
         try:
             if self.refresh is not None:
                 fresh = await self.refresh(uid, read)
@@ -344,6 +364,8 @@ class PodSyncer:
         except Exception as e:
             log.debug("runtime status of pod %s after start: %s", uid, e)
             return rt
+        finally:
+            self._reporting.discard(uid)
         status = self.generate(pod, fresh)
         self.statuses.set_pod_status(pod, status)
         self._observe_start(uid, status)

@@ -1,5 +1,6 @@
 """What a pod start asks the runtime, on the fake CRI runtime: a pod the runtime never had is started
-without listing the runtime for it, its image is inspected once per container, and the facts that
+without listing the runtime for it, its image is inspected once per container, the report of a clean
+start wakes no second sync, and the facts that
 let the agent skip the listing never make it start a pod twice (an agent restart adopts running
 containers; a sync that failed after making the sandbox is retried with that sandbox)."""
 
@@ -74,6 +75,25 @@ async def test_a_pod_the_runtime_never_had_is_started_without_listing_the_runtim
     for p in pods:
         names = {c["name"]: c for c in h.api_status(p)["containerStatuses"]}
         assert set(names) == {"a", "b"} and all(c["ready"] and "running" in c["state"] for c in names.values())
+
+
+async def test_a_clean_start_is_synced_once_its_own_report_wakes_no_second_sync(harness: Harness) -> None:
+    h = harness
+    k = await start_kubelet(h, h.runtime, pleg_period=3600.0)
+    await eventually(lambda: k.pleg.relist_count >= 2)
+    syncs: collections.Counter[str] = collections.Counter()
+    sync_pod = k.syncer.sync_pod
+
+    async def counted(update_type: Any, pod: dict[str, Any], mirror_pod: Any) -> Any:
+        syncs[pod["metadata"]["name"]] += 1
+        return await sync_pod(update_type, pod, mirror_pod)
+
+    k.syncer.sync_pod = counted  # type: ignore[method-assign]
+    pods = [node_pod(f"once-{i}", [busybox("a")]) for i in range(3)]
+    await h.add(*pods)
+    await eventually(lambda: all(ready(h, p) for p in pods), timeout=10)
+    await asyncio.sleep(0.5)  # a woken sync would run now (the next resync is seconds away)
+    assert syncs == {p["metadata"]["name"]: 1 for p in pods}
 
 
 async def test_after_an_agent_restart_running_containers_are_adopted_not_restarted(harness: Harness) -> None:
