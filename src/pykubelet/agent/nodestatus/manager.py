@@ -23,8 +23,9 @@ Design: ``NodeStatusManager`` owns the Node object's lifecycle on behalf of the 
    Heartbeat requests (node GET/PATCH and the Lease) carry a timeout of
    min(nodeStatusUpdateFrequency, nodeLeaseDurationSeconds) like upstream's heartbeat client,
    floored at 5 s so a loaded machine does not turn slow answers into failures.
-   MemoryPressure / DiskPressure / PIDPressure come from the eviction signals observed each
-   update (``pressure.py``) against ``evictionHard``.
+   MemoryPressure / DiskPressure / PIDPressure are the eviction manager's decision (upstream's
+   setters read it the same way); only without one (no eviction manager yet, or none observed) are
+   the eviction signals read here each update (``pressure.py``) and held against ``evictionHard``.
 3. Node events on condition transitions: NodeHasSufficientMemory/…/NodeReady/NodeNotReady, and
    "Starting" once when the agent starts.
 
@@ -306,13 +307,16 @@ class NodeStatusManager:
             except Exception as e:
                 log.debug("engine health unavailable: %s", e)
         storage = await asyncio.to_thread(filesystem_capacity, self.options.root_dir)
-        try:
-            signals, sig_cap = await asyncio.to_thread(
-                pressure.read_signals, m.memory_bytes, self.options.root_dir, self.host_paths
-            )
-        except Exception as e:  # pressure is best effort: unobserved means no pressure
-            log.debug("eviction signals unavailable: %s", e)
-            signals, sig_cap = {}, {}
+        decided = self._decided_pressure()
+        signals: dict[str, int] = {}
+        sig_cap: dict[str, int] = {}
+        if decided is None:  # the eviction manager's decision stands when it has one: nothing to read
+            try:
+                signals, sig_cap = await asyncio.to_thread(
+                    pressure.read_signals, m.memory_bytes, self.options.root_dir, self.host_paths
+                )
+            except Exception as e:  # pressure is best effort: unobserved means no pressure
+                log.debug("eviction signals unavailable: %s", e)
         return StatusInputs(
             machine=m,
             node_ip=await self._ip(),
@@ -326,7 +330,7 @@ class NodeStatusManager:
             sync_loop_healthy=sync_ok,
             pressure_signals=signals,
             pressure_capacity=sig_cap,
-            decided_pressure=self._decided_pressure(),
+            decided_pressure=decided,
         )
 
     def _decided_pressure(self) -> dict[str, bool] | None:
