@@ -72,6 +72,8 @@ async def test_a_pod_the_runtime_never_had_is_started_without_listing_the_runtim
     assert runtime.calls["list_pod_sandbox"] == 0 and runtime.calls["list_containers"] == 0
     assert runtime.calls["run_pod_sandbox"] == 5 and runtime.calls["start_container"] == 10
     assert runtime.calls["image_status"] == 10  # once per container: the image check's answer is reused
+    # per pod after the start: one ContainerStatus per container; the sandbox as read after its creation
+    assert runtime.calls["pod_sandbox_status"] == 5 and runtime.calls["container_status"] == 10
     for p in pods:
         names = {c["name"]: c for c in h.api_status(p)["containerStatuses"]}
         assert set(names) == {"a", "b"} and all(c["ready"] and "running" in c["state"] for c in names.values())

@@ -199,6 +199,9 @@ class MadeObjects:
     # False once a CreateContainer failed: the runtime may still have made that container (a
     # timeout), so only a listing can tell
     complete: bool = True
+    # the sandbox's PodSandboxStatus read right after RunPodSandbox (for its IPs): what a live
+    # sandbox answers does not change, and a sandbox that died since is the next relist's change
+    sandbox_status: pb.PodSandboxStatusResponse | None = None
 
 
 @dataclass
@@ -359,17 +362,20 @@ class RuntimeManager:
         st.host_network = resp.status.linux.namespaces.options.network == pb.NODE
 
     async def status_of_made(self, uid: str, made: MadeObjects) -> t.RuntimePodStatus:
-        """The pod's runtime status when ``made`` holds all of its objects: PodSandboxStatus and one
-        ContainerStatus per container, by id, instead of listing the runtime for the pod (two List
-        calls); the same answer as ``get_pod_status``, which is asked instead if any of them is gone
-        or a CreateContainer failed."""
+        """The pod's runtime status when ``made`` holds all of its objects: one ContainerStatus per
+        container, by id, and the sandbox's status as read after its creation (else asked again),
+        instead of listing the runtime for the pod (two List calls and a PodSandboxStatus); the same
+        answer as ``get_pod_status``, which is asked instead if any of them is gone or a
+        CreateContainer failed."""
         if not made.complete:
             return await self.get_pod_status(uid)
         ts = time.time()
         try:
-            sb_resp, c_resps = await asyncio.gather(
-                self.runtime.pod_sandbox_status(made.sandbox_id),
-                asyncio.gather(*(self.runtime.container_status(cid) for cid in made.container_ids)))
+            containers = asyncio.gather(*(self.runtime.container_status(cid) for cid in made.container_ids))
+            if made.sandbox_status is not None:
+                sb_resp, c_resps = made.sandbox_status, await containers
+            else:
+                sb_resp, c_resps = await asyncio.gather(self.runtime.pod_sandbox_status(made.sandbox_id), containers)
         except CRIError as e:
             if not e.not_found:
                 raise
@@ -521,6 +527,8 @@ class RuntimeManager:
                 resp = await self.runtime.pod_sandbox_status(sandbox_id)
                 net = resp.status.network
                 pod_ips = [ip for ip in [net.ip, *(a.ip for a in net.additional_ips)] if ip]
+                if result.made is not None:
+                    result.made.sandbox_status = resp
             except Exception as e:
                 log.warning("sandbox status after create: %s", e)
             if actions.attempt > 0:
