@@ -9,12 +9,14 @@ variables that grpcio reads at import can be tried), rounds interleaved so that 
 processes on a shared machine spreads over all of them; the table gives per variant the median of the
 client process's CPU (``getrusage``: all its threads), split into the event-loop thread and the other
 threads still alive at the end (grpcio's poller/EventEngine threads; short-lived threads count only
-in the total), in µs per call net of ``idle``, and the ratio to ``cri_client`` (the current path).
+in the total), in µs per call net of ``idle``, and the ratio to ``cri_client_grpcio`` (grpc.aio, the old path).
 
 Variants (``--call`` picks ExecSync, PodSandboxStatus or ListContainers):
 
 * ``idle``: the pacing loop with no call at all (the harness's own cost, subtracted from the others);
-* ``cri_client``: the project's ``CRIClient`` (grpc.aio today) — the baseline of the ratios;
+* ``cri_client_grpcio``: the project's ``CRIClient`` with ``transport="grpcio"`` (every call on
+  grpc.aio, as before ``pykubelet.cri.unary_h2``) — the baseline of the ratios;
+* ``cri_client``: ``CRIClient`` as the agent uses it (``PYKUBELET_CRI_TRANSPORT`` picks);
 * ``aio``: a bare ``grpc.aio`` stub call; ``aio_bytes``: the request serialized once and reused;
 * ``aio_lean``: no retry filter, no channelz (``grpc.enable_retries``/``grpc.enable_channelz`` 0);
   ``aio_minimal``: the same plus ``grpc.minimal_stack``;
@@ -77,12 +79,13 @@ from scale_common import start_fakecri, stop_process
 from pykubelet.cri.client import CRIClient, from_rpc_error, parse_endpoint
 
 SLOT = 0.025
+BASELINE = "cri_client_grpcio"  # CRIClient on grpc.aio, the agent's path before unary_h2
 TIMEOUT = 121.0
 NO_EVENT_ENGINE = ("-event_engine_client,-event_engine_listener,-event_engine_dns,"
                    "-event_engine_for_all_other_endpoints,-event_engine_callback_cq")
 # variant -> environment it runs with (read by grpcio at import)
 VARIANTS: dict[str, dict[str, str]] = {
-    "idle": {}, "cri_client": {}, "aio": {}, "aio_bytes": {}, "aio_lean": {}, "aio_minimal": {},
+    "idle": {}, "cri_client_grpcio": {}, "cri_client": {}, "aio": {}, "aio_bytes": {}, "aio_lean": {}, "aio_minimal": {},
     "aio_poll": {"GRPC_POLL_STRATEGY": "poll"}, "aio_no_event_engine": {"GRPC_EXPERIMENTS": NO_EVENT_ENGINE},
     "aio_direct": {}, "sync_future": {}, "sync_future_bytes": {}, "executor": {}, "executor1": {},
     "sync_inline": {}, "grpclib": {}, "h2_floor": {},
@@ -197,8 +200,8 @@ class Variants:
 
         if name == "idle":
             return nothing, nothing
-        if name == "cri_client":
-            cri = CRIClient(self.endpoint)
+        if name in ("cri_client", "cri_client_grpcio"):
+            cri = CRIClient(self.endpoint, transport="grpcio" if name == "cri_client_grpcio" else "")
             await cri.connect(wait=10)
             return self.cri_call(cri), cri.close
         if name == "aio_direct":
@@ -406,14 +409,14 @@ async def suite(args: argparse.Namespace) -> dict[str, Any]:
                         "errors": sum(x["errors"] for x in rs)}
         out["median"] = table
         out["skipped"] = skipped
-        base = table.get("cri_client", {}).get("us_per_call_net") or 0
+        base = table.get(BASELINE, {}).get("us_per_call_net") or 0
         print(f"\n{args.call}, {args.rate:.0f} calls/s, median of {args.rounds} rounds, µs of client CPU per call "
               f"net of idle ({idle:.2f} %)")
-        print(f"{'variant':20s} {'CPU %':>6s} {'µs/call':>8s} {'loop thr':>9s} {'other thr':>10s} {'cri_client/this':>16s}")
+        print(f"{'variant':20s} {'CPU %':>6s} {'µs/call':>8s} {'loop thr':>9s} {'other thr':>10s} {BASELINE + '/this':>24s}")
         for v, row in table.items():
             rel = f"{base / row['us_per_call_net']:.2f}x" if base and v != "idle" and row["us_per_call_net"] > 0 else ""
             print(f"{v:20s} {row['cpu_pct']:6.2f} {row['us_per_call_net']:8.1f} {row['loop_us']:9.1f} "
-                  f"{row['threads_us']:10.1f} {rel:>16s}")
+                  f"{row['threads_us']:10.1f} {rel:>24s}")
         print("load average (1/5/15 min) at start and after each round: "
               + "; ".join("/".join(x) for x in out["loadavg"]))
     finally:

@@ -29,12 +29,14 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 import grpc.aio
 from cri_api.v1 import api_pb2 as pb
 from cri_api.v1 import api_pb2_grpc as pb_grpc
+
+from pykubelet.cri.unary_h2 import UnaryChannel
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +143,26 @@ def image_spec(image: pb.ImageSpec | str) -> pb.ImageSpec:
     return pb.ImageSpec(image=image) if isinstance(image, str) else image
 
 
+class _Stub:
+    """Stands in for a generated grpc.aio stub: unary methods go over ``UnaryChannel`` (see the module
+    docstring), streaming ones (GetContainerEvents) to the grpc.aio stub made by ``streams``."""
+
+    def __init__(self, service: str, channel: UnaryChannel, streams: Callable[[], Any]) -> None:
+        self._desc = pb.DESCRIPTOR.services_by_name[service]
+        self._channel = channel
+        self._streams = streams
+
+    def __getattr__(self, name: str) -> Any:
+        m = self._desc.methods_by_name.get(name)
+        if m is None:
+            raise AttributeError(name)
+        if m.client_streaming or m.server_streaming:
+            return getattr(self._streams(), name)
+        attr = self._channel.method(f"/{self._desc.full_name}/{name}", getattr(pb, m.output_type.name).FromString)
+        setattr(self, name, attr)  # resolved once per method
+        return attr
+
+
 class CRIClient:
     """Async client for one CRI runtime endpoint (both RuntimeService and ImageService)."""
 
@@ -151,13 +173,18 @@ class CRIClient:
         timeout: float = 120.0,
         observer: Observer | None = None,
         max_message_size: int = MAX_MESSAGE_SIZE,
+        transport: str = "",
     ) -> None:
         self.endpoint = endpoint
         self.target = parse_endpoint(endpoint)
         self.timeout = timeout
         self.observer = observer
         self._max_message_size = max_message_size
+        self.transport = transport or os.environ.get("PYKUBELET_CRI_TRANSPORT", "") or "h2"
+        if self.transport not in ("h2", "grpcio"):
+            raise ValueError(f"unknown CRI transport {self.transport!r} (h2 or grpcio)")
         self._channel: grpc.aio.Channel | None = None
+        self._h2: UnaryChannel | None = None
         self._rt: pb_grpc.RuntimeServiceStub | None = None
         self._img: pb_grpc.ImageServiceStub | None = None
         self.runtime_version: pb.VersionResponse | None = None
@@ -165,19 +192,37 @@ class CRIClient:
     # ---------------------------------------------------------------- connection
 
     def _ensure_channel(self) -> None:
-        if self._channel is not None:
+        if self._rt is not None:
             return
-        options: list[tuple[str, Any]] = [
-            ("grpc.max_receive_message_length", self._max_message_size),
-            ("grpc.max_send_message_length", self._max_message_size),
-            ("grpc.enable_http_proxy", 0),
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 2000),
-        ]
-        self._channel = grpc.aio.insecure_channel(self.target, options=options)
-        self._rt = pb_grpc.RuntimeServiceStub(self._channel)
-        self._img = pb_grpc.ImageServiceStub(self._channel)
+        if self.transport == "grpcio":
+            channel = self._aio_channel()
+            self._rt = pb_grpc.RuntimeServiceStub(channel)
+            self._img = pb_grpc.ImageServiceStub(channel)
+            return
+        self._h2 = UnaryChannel(socket_path(self.endpoint), max_receive=self._max_message_size,
+                                max_send=self._max_message_size)
+        self._rt = cast(pb_grpc.RuntimeServiceStub, _Stub("RuntimeService", self._h2, self._aio_runtime_stub))
+        self._img = cast(pb_grpc.ImageServiceStub, _Stub("ImageService", self._h2, self._aio_image_stub))
+
+    def _aio_channel(self) -> grpc.aio.Channel:
+        """The grpc.aio channel: every call with transport "grpcio", else only the event stream."""
+        if self._channel is None:
+            options: list[tuple[str, Any]] = [
+                ("grpc.max_receive_message_length", self._max_message_size),
+                ("grpc.max_send_message_length", self._max_message_size),
+                ("grpc.enable_http_proxy", 0),
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.min_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 2000),
+            ]
+            self._channel = grpc.aio.insecure_channel(self.target, options=options)
+        return self._channel
+
+    def _aio_runtime_stub(self) -> pb_grpc.RuntimeServiceStub:
+        return pb_grpc.RuntimeServiceStub(self._aio_channel())
+
+    def _aio_image_stub(self) -> pb_grpc.ImageServiceStub:
+        return pb_grpc.ImageServiceStub(self._aio_channel())
 
     @property
     def rt(self) -> pb_grpc.RuntimeServiceStub:
@@ -225,9 +270,12 @@ class CRIClient:
             return resp
 
     async def close(self) -> None:
+        self._rt = self._img = None
+        if self._h2 is not None:
+            h2, self._h2 = self._h2, None
+            await h2.close()
         if self._channel is not None:
             ch, self._channel = self._channel, None
-            self._rt = self._img = None
             await ch.close()
 
     async def __aenter__(self) -> CRIClient:

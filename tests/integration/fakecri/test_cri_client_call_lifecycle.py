@@ -100,3 +100,48 @@ async def test_the_same_client_reaches_a_restarted_runtime(sock: str) -> None:
     finally:
         await client.close()
         await server.stop(None)
+
+
+async def test_requests_larger_than_the_runtimes_flow_control_window_arrive_whole(sock: str) -> None:
+    server, _ = await serve(sock)
+    client = CRIClient(f"unix://{sock}", timeout=10)
+    try:
+        await client.connect(wait=5)
+        await client.pull_image("busybox:1.36")
+        big = {f"note-{i}": "x" * 1000 for i in range(1000)}  # ~1 MB: many DATA frames and window updates
+        configs = [pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name=f"p{i}", namespace="default", uid=f"u{i}"),
+                                       annotations=big) for i in range(5)]
+        sandboxes = await asyncio.gather(*(client.run_pod_sandbox(cfg) for cfg in configs))
+        assert len(set(sandboxes)) == 5
+        status = await client.pod_sandbox_status(sandboxes[0])
+        assert dict(status.status.annotations) == big
+    finally:
+        await client.close()
+        await server.stop(None)
+
+
+async def test_hundreds_of_concurrent_calls_all_complete(sock: str) -> None:
+    server, _ = await serve(sock)
+    client = CRIClient(f"unix://{sock}", timeout=10)
+    try:
+        await client.connect(wait=5)
+        answers = await asyncio.gather(*(client.version() for _ in range(500)))
+        assert {a.runtime_name for a in answers} == {"fakecri"}
+    finally:
+        await client.close()
+        await server.stop(None)
+
+
+async def test_a_runtime_error_keeps_its_code_and_message(sock: str) -> None:
+    server, _ = await serve(sock)
+    client = CRIClient(f"unix://{sock}", timeout=10)
+    try:
+        await client.connect(wait=5)
+        with pytest.raises(CRIError) as ei:
+            await client.container_status("no-such-container")
+        assert ei.value.not_found
+        assert "no-such-container" in ei.value.details
+        assert (await client.version()).runtime_name == "fakecri"  # the connection is still good
+    finally:
+        await client.close()
+        await server.stop(None)

@@ -1,0 +1,610 @@
+"""Unary gRPC calls over HTTP/2 on a unix socket, made on the event loop's own thread.
+
+Why not grpcio for these: every grpc.aio unary call costs the agent's process 250-300 µs of CPU on
+this 2-core machine (``bench/bench_grpc_call.py``; docs/benchmarks-scale.md "Probes"): grpcio's
+C-core call stack, its completion queue, the poller thread that hands each completion to the loop
+through a socket, and EventEngine threads doing the I/O. Every other way of using grpcio from
+asyncio measured dearer (sync channel futures, executors). Speaking HTTP/2 from ``data_received``
+on the loop thread costs about half, and the agent makes ~12 CRI calls per pod start and one per
+exec probe. The CRI's unary calls need only a small part of gRPC: no streaming, no compression, no
+TLS, one local peer. ``GetContainerEvents`` (a stream) stays on grpc.aio.
+
+What is kept from gRPC's semantics (RFC 9113 for HTTP/2; gRPC's PROTOCOL-HTTP2.md for the rest):
+
+* the deadline is sent as ``grpc-timeout`` and enforced locally by one loop timer per call (a
+  runtime that never answers gets DEADLINE_EXCEEDED "Deadline Exceeded", and the stream is reset);
+* a cancelled awaiting task resets the stream (RST_STREAM CANCEL), so the runtime sees the
+  cancellation as with grpcio;
+* errors are ``grpc.aio.AioRpcError`` with the server's ``grpc-status``/``grpc-message``
+  (percent-decoded); HTTP statuses, stream resets and lost connections map to codes as gRPC
+  specifies (503 → UNAVAILABLE, RST_STREAM REFUSED_STREAM → UNAVAILABLE, CANCEL → CANCELLED, a
+  connection that fails or closes → UNAVAILABLE);
+* like grpc's transparent retry, a call the server provably did not process (refused stream, or a
+  GOAWAY whose last stream id is below it) is sent again once on a new connection;
+* reconnect: a connection that closes or receives GOAWAY is dropped and the next call dials again,
+  so a runtime restart, or one that starts after the agent, is reached without an agent restart
+  (failing fast with UNAVAILABLE meanwhile, like grpc's default ``wait_for_ready=False``);
+* flow control both ways (the peer's windows are honoured; ours are opened wide because a unary
+  response is bounded by the 16 MiB receive limit), SETTINGS (max concurrent streams, initial
+  window, max frame size) and PING are honoured; message size limits give RESOURCE_EXHAUSTED.
+
+Header blocks from the peer are decoded with ``hpack`` (python-hyper's HPACK, which keeps the
+dynamic table); requests use literal fields without indexing, so our encoder keeps no state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import struct
+from collections.abc import Callable
+from typing import Any, Protocol
+from urllib.parse import unquote
+
+import grpc
+import grpc.aio
+import hpack
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_DATA, _HEADERS, _RST_STREAM, _SETTINGS, _PUSH_PROMISE, _PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = (
+    0, 1, 3, 4, 5, 6, 7, 8, 9)
+_END_STREAM = _ACK = 0x1
+_END_HEADERS, _PADDED, _PRIORITY = 0x4, 0x8, 0x20
+_S_HEADER_TABLE_SIZE, _S_ENABLE_PUSH, _S_MAX_CONCURRENT, _S_INITIAL_WINDOW, _S_MAX_FRAME = 1, 2, 3, 4, 5
+_MAX_WINDOW = 2**31 - 1
+_DEFAULT_WINDOW = 65535
+_U32 = struct.Struct(">I")
+_MAX_STREAM_ID = 2**31 - 1
+_RST_CANCEL = 8
+_RST_REFUSED = 7
+
+# RST_STREAM error code -> gRPC status (PROTOCOL-HTTP2.md "Errors")
+_RST_CODES = {7: grpc.StatusCode.UNAVAILABLE, 8: grpc.StatusCode.CANCELLED, 11: grpc.StatusCode.RESOURCE_EXHAUSTED,
+              12: grpc.StatusCode.PERMISSION_DENIED}
+# HTTP status -> gRPC status when there is no grpc-status (http-grpc-status-mapping.md)
+_HTTP_CODES = {400: grpc.StatusCode.INTERNAL, 401: grpc.StatusCode.UNAUTHENTICATED,
+               403: grpc.StatusCode.PERMISSION_DENIED, 404: grpc.StatusCode.UNIMPLEMENTED,
+               429: grpc.StatusCode.UNAVAILABLE, 502: grpc.StatusCode.UNAVAILABLE,
+               503: grpc.StatusCode.UNAVAILABLE, 504: grpc.StatusCode.UNAVAILABLE}
+_STATUS_BY_NUMBER = {s.value[0]: s for s in grpc.StatusCode}
+
+
+class Message(Protocol):
+    def SerializeToString(self) -> bytes: ...
+
+
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    """The error grpc.aio raises, so callers map both paths the same way."""
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+class _Retry(Exception):
+    """The server did not process the stream: it may be sent again on a new connection."""
+
+
+def _frame(ftype: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((ftype, flags)) + _U32.pack(stream) + payload
+
+
+def _int(value: int, prefix_bits: int, first: int) -> bytes:
+    """An HPACK integer (RFC 7541 5.1) whose first byte carries ``first`` in the high bits."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = bytearray((first | limit,))
+    value -= limit
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _literal(name: str | int, value: str) -> bytes:
+    """A header field as a literal without indexing (RFC 7541 6.2.2), no Huffman coding."""
+    v = value.encode()
+    if isinstance(name, int):  # index of the name in the static table
+        head = _int(name, 4, 0)
+    else:
+        n = name.encode()
+        head = b"\x00" + _int(len(n), 7, 0) + n
+    return head + _int(len(v), 7, 0) + v
+
+
+def _hpack_int(block: bytes, i: int, prefix_bits: int) -> tuple[int, int]:
+    """An HPACK integer at ``block[i]`` (RFC 7541 5.1): (value, index after it)."""
+    mask = (1 << prefix_bits) - 1
+    value = block[i] & mask
+    i += 1
+    if value == mask:
+        shift = 0
+        while True:
+            b = block[i]
+            i += 1
+            value += (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+    return value, i
+
+
+def _table_neutral(block: bytes) -> bool:
+    """Whether decoding an HPACK header block leaves the dynamic table as it is: indexed fields and
+    literals without indexing or never indexed only (RFC 7541 6.1, 6.2.2, 6.2.3)."""
+    i, n = 0, len(block)
+    try:
+        while i < n:
+            b = block[i]
+            if b & 0x80:  # indexed field
+                i = _hpack_int(block, i, 7)[1]
+                continue
+            if b & 0xE0:  # literal with incremental indexing (01...), table size update (001...)
+                return False
+            name_index, i = _hpack_int(block, i, 4)
+            if name_index == 0:
+                length, i = _hpack_int(block, i, 7)
+                i += length
+            length, i = _hpack_int(block, i, 7)
+            i += length
+    except IndexError:
+        return False
+    return i == n
+
+
+def grpc_timeout(seconds: float) -> str:
+    """The ``grpc-timeout`` value: at most 8 digits, rounded up so the server never cuts it short."""
+    ms = max(1, math.ceil(seconds * 1000))
+    if ms < 10**8:
+        return f"{ms}m"
+    s = math.ceil(seconds)
+    return f"{s}S" if s < 10**8 else f"{min(10**8 - 1, math.ceil(s / 3600))}H"
+
+
+class _Stream:
+    __slots__ = ("data", "fut", "headers", "http_status", "id", "send_window", "timer", "window_waiter")
+
+    def __init__(self, sid: int, fut: asyncio.Future[bytes], send_window: int) -> None:
+        self.id = sid
+        self.fut = fut
+        self.data = bytearray()
+        self.headers: list[tuple[str, str]] = []
+        self.http_status = ""
+        self.send_window = send_window
+        self.timer: asyncio.TimerHandle | None = None
+        self.window_waiter: asyncio.Future[None] | None = None
+
+
+class _Connection(asyncio.Protocol):
+    """One HTTP/2 connection; calls are streams on it (client-initiated, odd ids)."""
+
+    def __init__(self, max_receive: int) -> None:
+        self._max_receive = max_receive
+        self._decoder = hpack.Decoder()
+        self._buf = bytearray()
+        self.streams: dict[int, _Stream] = {}
+        self._next_id = 1
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.goaway = False
+        self._received = 0  # connection-level bytes since our last WINDOW_UPDATE
+        self._block: tuple[int, int, bytearray] | None = None  # header block being continued
+        self._decoded: dict[bytes, list[tuple[str, str]]] = {}
+        self._out: list[bytes] = []  # frames not yet written (see _send)
+        # the peer's settings (defaults until its SETTINGS frame arrives)
+        self.max_concurrent = 2**31
+        self._initial_window = _DEFAULT_WINDOW
+        self._max_frame = 16384
+        self.send_window = _DEFAULT_WINDOW
+        self._conn_window_waiters: list[asyncio.Future[None]] = []
+        self._slot_waiters: list[asyncio.Future[None]] = []
+
+    @property
+    def usable(self) -> bool:
+        return not self.closed and not self.goaway and self._next_id < _MAX_STREAM_ID
+
+    # ---------------------------------------------------------------- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        settings = struct.pack(">HIHI", _S_ENABLE_PUSH, 0, _S_INITIAL_WINDOW, _MAX_WINDOW)
+        transport.write(PREFACE + _frame(_SETTINGS, 0, 0, settings)
+                        + _frame(_WINDOW_UPDATE, 0, 0, _U32.pack(_MAX_WINDOW - _DEFAULT_WINDOW)))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._fail_all(rpc_error(grpc.StatusCode.UNAVAILABLE, f"Socket closed{f': {exc}' if exc else ''}"))
+
+    def close(self, details: str) -> None:
+        self.closed = True
+        self._fail_all(rpc_error(grpc.StatusCode.CANCELLED, details))
+        self._close_transport()
+
+    def _send(self, data: bytes) -> None:
+        """Queue frames; they go out in one write at the end of this loop iteration, so the calls
+        a prober slot starts together (and their acknowledgements) cost one syscall, not one each."""
+        self._out.append(data)
+        if len(self._out) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(out))
+
+    def _close_transport(self) -> None:
+        self._flush()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail_all(self, err: BaseException) -> None:
+        streams, self.streams = self.streams, {}
+        for st in streams.values():
+            self._settle(st, err)
+        self._wake(self._conn_window_waiters)
+        self._wake(self._slot_waiters)
+
+    # ---------------------------------------------------------------- calls
+
+    async def call(self, header_block: bytes, message: bytes, seconds: float | None) -> bytes:
+        loop = asyncio.get_running_loop()
+        while len(self.streams) >= self.max_concurrent and self.usable:
+            w = loop.create_future()
+            self._slot_waiters.append(w)
+            await w
+        if not self.usable:
+            raise _Retry
+        sid = self._next_id
+        self._next_id += 2
+        fut: asyncio.Future[bytes] = loop.create_future()
+        st = _Stream(sid, fut, self._initial_window)
+        self.streams[sid] = st
+        if seconds is not None:
+            st.timer = loop.call_later(max(0.0, seconds), self._expire, st)
+        try:
+            n = len(message)
+            if n and n <= self.send_window and n <= st.send_window and n <= self._max_frame:
+                self.send_window -= n
+                st.send_window -= n
+                self._send(_frame(_HEADERS, _END_HEADERS, sid, header_block) + _frame(_DATA, _END_STREAM, sid, message))
+            else:
+                self._send(_frame(_HEADERS, _END_HEADERS, sid, header_block))
+                await self._send_data(st, message)
+            return await fut
+        except asyncio.CancelledError:
+            if self.streams.pop(sid, None) is not None:
+                self._reset(st, _RST_CANCEL)
+            raise
+        finally:
+            if st.timer is not None:
+                st.timer.cancel()
+
+    async def _send_data(self, st: _Stream, message: bytes) -> None:
+        """DATA frames within the peer's windows and frame size (requests bigger than one frame)."""
+        loop = asyncio.get_running_loop()
+        view = memoryview(message)
+        while True:
+            if st.fut.done():
+                return
+            n = min(len(view), self.send_window, st.send_window, self._max_frame)
+            if n <= 0 and view:
+                w = loop.create_future()
+                if st.send_window <= 0:
+                    st.window_waiter = w
+                else:
+                    self._conn_window_waiters.append(w)
+                await w
+                continue
+            self.send_window -= n
+            st.send_window -= n
+            last = n == len(view)
+            self._send(_frame(_DATA, _END_STREAM if last else 0, st.id, bytes(view[:n])))
+            if last:
+                return
+            view = view[n:]
+
+    def _expire(self, st: _Stream) -> None:
+        st.timer = None
+        if self.streams.pop(st.id, None) is not None:
+            self._reset(st, _RST_CANCEL)
+            self._settle(st, rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+
+    def _reset(self, st: _Stream, code: int) -> None:
+        if not self.closed:
+            self._send(_frame(_RST_STREAM, 0, st.id, _U32.pack(code)))
+        self._stream_gone()
+
+    def _stream_gone(self) -> None:
+        if self._slot_waiters:
+            self._wake(self._slot_waiters[:1])
+            del self._slot_waiters[:1]
+        if self.goaway and not self.streams:
+            self._close_transport()
+
+    @staticmethod
+    def _wake(waiters: list[asyncio.Future[None]]) -> None:
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+        waiters.clear()
+
+    @staticmethod
+    def _settle(st: _Stream, result: bytes | BaseException) -> None:
+        if st.timer is not None:
+            st.timer.cancel()
+            st.timer = None
+        if st.window_waiter is not None and not st.window_waiter.done():
+            st.window_waiter.set_result(None)
+        if st.fut.done():
+            return
+        if isinstance(result, BaseException):
+            st.fut.set_exception(result)
+        else:
+            st.fut.set_result(result)
+
+    # ---------------------------------------------------------------- frames in
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        pos, end = 0, len(buf)
+        try:
+            while end - pos >= 9:
+                length = int.from_bytes(buf[pos:pos + 3], "big")
+                if end - pos < 9 + length:
+                    break
+                ftype, flags = buf[pos + 3], buf[pos + 4]
+                sid = _U32.unpack_from(buf, pos + 5)[0] & 0x7FFFFFFF
+                payload = bytes(buf[pos + 9:pos + 9 + length])
+                pos += 9 + length
+                self._frame_received(ftype, flags, sid, payload)
+        except Exception as e:  # a malformed frame or header block: the connection is unusable
+            self.closed = True
+            self._fail_all(rpc_error(grpc.StatusCode.INTERNAL, f"HTTP/2 protocol error: {e!r}"))
+            self._close_transport()
+            return
+        del buf[:pos]
+
+    def _frame_received(self, ftype: int, flags: int, sid: int, payload: bytes) -> None:
+        if ftype == _DATA:
+            self._on_data(flags, sid, payload)
+        elif ftype == _HEADERS or ftype == _CONTINUATION:
+            self._on_headers(ftype, flags, sid, payload)
+        elif ftype == _SETTINGS:
+            if not flags & _ACK:
+                self._on_settings(payload)
+        elif ftype == _WINDOW_UPDATE:
+            inc = _U32.unpack(payload)[0] & 0x7FFFFFFF
+            if sid == 0:
+                self.send_window += inc
+                self._wake(self._conn_window_waiters)
+            else:
+                st = self.streams.get(sid)
+                if st is not None:
+                    st.send_window += inc
+                    if st.window_waiter is not None and not st.window_waiter.done():
+                        st.window_waiter.set_result(None)
+        elif ftype == _PING:
+            if not flags & _ACK:
+                self._send(_frame(_PING, _ACK, 0, payload))
+        elif ftype == _RST_STREAM:
+            code = _U32.unpack(payload)[0]
+            st = self.streams.pop(sid, None)
+            if st is not None:
+                self._stream_gone()
+                err: BaseException = (_Retry() if code == _RST_REFUSED else rpc_error(
+                    _RST_CODES.get(code, grpc.StatusCode.INTERNAL), f"Received RST_STREAM with error code {code}"))
+                self._settle(st, err)
+        elif ftype == _GOAWAY:
+            self._on_goaway(payload)
+        elif ftype == _PUSH_PROMISE:
+            raise ValueError("PUSH_PROMISE received although push is disabled")
+        # PRIORITY and unknown frame types are ignored (RFC 9113 4.1, 5.5)
+
+    def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
+        self._received += len(payload)  # padding counts against flow control too
+        if self._received > _MAX_WINDOW // 2:
+            self._send(_frame(_WINDOW_UPDATE, 0, 0, _U32.pack(self._received)))
+            self._received = 0
+        if flags & _PADDED:
+            payload = payload[1:len(payload) - payload[0]]
+        st = self.streams.get(sid)
+        if st is None:
+            return
+        st.data += payload
+        if len(st.data) > self._max_receive + 5:
+            del self.streams[sid]
+            self._reset(st, _RST_CANCEL)
+            self._settle(st, rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                       f"Received message larger than max ({len(st.data) - 5} vs. {self._max_receive})"))
+            return
+        if flags & _END_STREAM:
+            self._finish(st)
+
+    def _on_headers(self, ftype: int, flags: int, sid: int, payload: bytes) -> None:
+        if ftype == _HEADERS:
+            if flags & _PADDED:
+                payload = payload[1:len(payload) - payload[0]]
+            if flags & _PRIORITY:
+                payload = payload[5:]
+            self._block = (sid, flags, bytearray(payload))
+        elif self._block is not None and self._block[0] == sid:
+            self._block[2].extend(payload)
+        else:
+            raise ValueError("CONTINUATION without a header block")
+        if not flags & _END_HEADERS:
+            return
+        bsid, bflags, raw = self._block
+        self._block = None
+        headers = self._decode(bytes(raw))  # decoded even for a stream we dropped: HPACK state
+        st = self.streams.get(bsid)
+        if st is None:
+            return
+        for k, v in headers:
+            if k == ":status":
+                st.http_status = str(v)
+        st.headers.extend(headers)
+        if bflags & _END_STREAM:
+            self._finish(st)
+
+    def _decode(self, raw: bytes) -> list[tuple[str, str]]:
+        """HPACK-decode a header block, from a cache when the block cannot change the dynamic table.
+
+        After the first response a runtime's header blocks are the same few bytes (``:status 200``,
+        ``content-type``, ``grpc-status 0`` as indexed fields, an empty ``grpc-message`` literal).
+        Such a block's meaning stays the same until a block that may change the table (a literal
+        with incremental indexing, a table size update) is decoded: that empties the cache."""
+        hit = self._decoded.get(raw)
+        if hit is not None:
+            return hit
+        headers = [(str(k), str(v)) for k, v in self._decoder.decode(raw)]
+        if not _table_neutral(raw):
+            self._decoded.clear()
+        else:
+            if len(self._decoded) >= 64:  # error messages are literals: many different blocks
+                self._decoded.clear()
+            self._decoded[raw] = headers
+        return headers
+
+    def _on_settings(self, payload: bytes) -> None:
+        for i in range(0, len(payload) - len(payload) % 6, 6):
+            key, value = struct.unpack_from(">HI", payload, i)
+            if key == _S_MAX_CONCURRENT:
+                self.max_concurrent = value
+            elif key == _S_INITIAL_WINDOW:
+                delta = value - self._initial_window
+                self._initial_window = value
+                for st in self.streams.values():
+                    st.send_window += delta
+                    if delta > 0 and st.window_waiter is not None and not st.window_waiter.done():
+                        st.window_waiter.set_result(None)
+            elif key == _S_MAX_FRAME:
+                self._max_frame = value
+        self._send(_frame(_SETTINGS, _ACK, 0, b""))
+        self._wake(self._slot_waiters)
+
+    def _on_goaway(self, payload: bytes) -> None:
+        last = _U32.unpack_from(payload, 0)[0] & 0x7FFFFFFF
+        self.goaway = True
+        for sid in [s for s in self.streams if s > last]:  # never processed: safe to send again
+            self._settle(self.streams.pop(sid), _Retry())
+        self._wake(self._slot_waiters)
+        if not self.streams:
+            self._close_transport()
+
+    def _finish(self, st: _Stream) -> None:
+        if self.streams.pop(st.id, None) is None:
+            return
+        self._stream_gone()
+        status: int | None = None
+        message = ""
+        for k, v in st.headers:
+            if k == "grpc-status":
+                status = int(v) if v.isdigit() else 2
+            elif k == "grpc-message":
+                message = unquote(v)
+        if status is None:
+            code = grpc.StatusCode.INTERNAL if st.http_status == "200" else _HTTP_CODES.get(
+                int(st.http_status) if st.http_status.isdigit() else 0, grpc.StatusCode.UNKNOWN)
+            self._settle(st, rpc_error(code, f"no grpc-status in the response (HTTP status {st.http_status or 'none'})"))
+            return
+        if status != 0:
+            self._settle(st, rpc_error(_STATUS_BY_NUMBER.get(status, grpc.StatusCode.UNKNOWN), message))
+            return
+        data = st.data
+        if len(data) < 5 or data[0] != 0:
+            why = "a compressed message" if data and data[0] else "no message"
+            self._settle(st, rpc_error(grpc.StatusCode.INTERNAL, f"the server sent {why} for a unary call"))
+            return
+        size = _U32.unpack_from(data, 1)[0]
+        if len(data) != 5 + size:
+            self._settle(st, rpc_error(grpc.StatusCode.INTERNAL, "the server sent a truncated or second message"))
+            return
+        self._settle(st, bytes(data[5:]))
+
+
+class UnaryChannel:
+    """Unary calls to one unix socket over a lazily dialled, redialled HTTP/2 connection."""
+
+    def __init__(self, path: str, *, max_receive: int, max_send: int, authority: str = "localhost") -> None:
+        self.path = path
+        self._max_receive = max_receive
+        self._max_send = max_send
+        self._authority = authority
+        self._conn: _Connection | None = None
+        self._dialing: asyncio.Future[_Connection] | None = None
+        self._closed = False
+
+    def method(self, path: str, parse: Callable[[bytes], Any]) -> UnaryMethod:
+        prefix = (b"\x83\x86"  # :method POST, :scheme http (static table 3, 6)
+                  + _literal(4, path) + _literal(1, self._authority)  # :path, :authority
+                  + _literal(31, "application/grpc") + _literal("te", "trailers"))  # content-type
+        return UnaryMethod(self, prefix, parse)
+
+    async def _connection(self) -> _Connection:
+        conn = self._conn
+        if conn is not None and conn.usable:
+            return conn
+        if self._closed:
+            raise rpc_error(grpc.StatusCode.CANCELLED, "Channel closed!")
+        if self._dialing is None:  # one dial for all the calls that find no connection
+            self._dialing = asyncio.ensure_future(self._dial())
+        dialing = self._dialing
+        try:
+            return await asyncio.shield(dialing)
+        finally:
+            if dialing.done() and self._dialing is dialing:
+                self._dialing = None
+
+    async def _dial(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        max_receive = self._max_receive
+        try:
+            _, conn = await loop.create_unix_connection(lambda: _Connection(max_receive), self.path)
+        except OSError as e:
+            raise rpc_error(grpc.StatusCode.UNAVAILABLE,
+                            f"failed to connect to all addresses; last error: UNAVAILABLE: unix:{self.path}: "
+                            f"{e.strerror or e}") from None
+        if self._closed:
+            conn.close("Channel closed!")
+            raise rpc_error(grpc.StatusCode.CANCELLED, "Channel closed!")
+        self._conn = conn
+        return conn
+
+    async def call(self, prefix: bytes, request: bytes, seconds: float | None) -> bytes:
+        if len(request) > self._max_send:
+            raise rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"Sent message larger than max ({len(request)} vs. {self._max_send})")
+        block = prefix if seconds is None else prefix + _literal("grpc-timeout", grpc_timeout(seconds))
+        message = b"\x00" + _U32.pack(len(request)) + request
+        loop = asyncio.get_running_loop()
+        deadline = None if seconds is None else loop.time() + seconds
+        for attempt in range(3):
+            conn = await self._connection()
+            left = None if deadline is None else deadline - loop.time()
+            try:
+                return await conn.call(block, message, left)
+            except _Retry:
+                if attempt == 2:
+                    break
+        raise rpc_error(grpc.StatusCode.UNAVAILABLE, "the runtime refused the stream or went away (GOAWAY)")
+
+    async def close(self) -> None:
+        self._closed = True
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close("Channel closed!")
+
+
+class UnaryMethod:
+    """``method(request, timeout=...)``, awaitable, like a grpc.aio stub's unary-unary callable."""
+
+    __slots__ = ("_channel", "_parse", "_prefix")
+
+    def __init__(self, channel: UnaryChannel, prefix: bytes, parse: Callable[[bytes], Any]) -> None:
+        self._channel = channel
+        self._prefix = prefix
+        self._parse = parse
+
+    async def __call__(self, request: Message, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        return self._parse(await self._channel.call(self._prefix, request.SerializeToString(), timeout))
