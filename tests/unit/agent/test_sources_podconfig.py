@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import json
 from typing import Any
 
-from pykubelet.agent.sources.apiserver import ApiServerSource
+import pytest
+
+from pykubelet.agent.sources.apiserver import ApiServerSource, shared_copy
 from pykubelet.agent.sources.podconfig import PodConfig, diff_pods
 from pykubelet.agent.types import PodOp, PodUpdate
 from pykubelet.common.apiclient import ApiError
@@ -54,16 +57,21 @@ def test_diff_classifies_changes() -> None:
     assert diff_pods(second.state, [a3, b2, c2, e], "api", 3.0).updates_in_order("api") == []
 
 
-def test_podconfig_marks_source_ready_once_and_copies() -> None:
+def test_podconfig_marks_source_ready_once_and_annotates_only_its_own_copy() -> None:
     q: asyncio.Queue[PodUpdate] = asyncio.Queue()
     ready: list[str] = []
     cfg = PodConfig(q, on_source_ready=ready.append)
     cfg.set("api", [])
-    cfg.set("api", [api_pod("a")])
+    given = api_pod("a")
+    before = copy.deepcopy(given)
+    cfg.set("api", [given])
     assert ready == ["api"]
-    u = q.get_nowait()
-    u.pods[0]["spec"]["nodeName"] = "mutated"  # the engine may mutate its copy
-    assert cfg.pods("api")[0]["spec"]["nodeName"] == "n1"
+    handed = q.get_nowait().pods[0]
+    assert handed["metadata"]["annotations"]["kubernetes.io/config.source"] == "api"
+    assert given == before  # the source's object is left as it was
+    readers_copy = cfg.pods("api")[0]
+    readers_copy["spec"]["nodeName"] = "mutated"  # a reader's copy is its own
+    assert handed["spec"]["nodeName"] == "n1"
 
 
 def with_rv(p: dict[str, Any], rv: str) -> dict[str, Any]:
@@ -155,7 +163,7 @@ def test_pods_from_the_api_share_their_repeated_strings() -> None:
     assert a["image"] is b["image"] and a["name"] is b["name"]
 
 
-def test_engine_pods_are_private_copies_sharing_only_managed_fields() -> None:
+def test_the_engine_is_handed_the_sources_objects_without_a_copy() -> None:
     q: asyncio.Queue[PodUpdate] = asyncio.Queue()
     src = ApiServerSource(None, "n1", PodConfig(q))  # type: ignore[arg-type]
     raw = api_pod("a")
@@ -164,5 +172,74 @@ def test_engine_pods_are_private_copies_sharing_only_managed_fields() -> None:
     handed = q.get_nowait().pods[0]
     stored = src.store["uid-a"]
     assert handed == {**stored, "metadata": handed["metadata"]}
-    assert handed["spec"] is not stored["spec"] and handed["status"] is not stored["status"]
-    assert handed["metadata"]["managedFields"] is stored["metadata"]["managedFields"]
+    assert handed["spec"] is stored["spec"] and handed["status"] is stored["status"]
+    assert handed["metadata"]["managedFields"] == raw["metadata"]["managedFields"]  # /pods shows them
+    assert "annotations" not in stored["metadata"]  # PodConfig annotated its own copy only
+
+
+def test_the_engines_view_of_a_pod_follows_each_update_from_the_api() -> None:
+    q: asyncio.Queue[PodUpdate] = asyncio.Queue()
+    src = ApiServerSource(None, "n1", PodConfig(q))  # type: ignore[arg-type]
+    src.apply_event("ADDED", api_pod("a"))
+    first = q.get_nowait().pods[0]
+    changed = with_rv(api_pod("a"), "2")
+    changed["spec"]["containers"][0]["image"] = "busybox:2"
+    src.apply_event("MODIFIED", changed)
+    u = q.get_nowait()
+    assert u.op is PodOp.UPDATE and u.pods[0]["spec"]["containers"][0]["image"] == "busybox:2"
+    assert first["spec"]["containers"][0]["image"] == "busybox"  # what the engine held stays as it was
+    running = with_rv(changed, "3")
+    running["status"] = {"phase": "Running", "podIP": "10.0.0.1"}
+    src.apply_event("MODIFIED", running)
+    u = q.get_nowait()
+    assert u.op is PodOp.RECONCILE and u.pods[0]["status"] == {"phase": "Running", "podIP": "10.0.0.1"}
+    assert u.pods[0]["spec"]["containers"][0]["image"] == "busybox:2"
+
+
+def test_a_watch_event_shares_what_did_not_change_with_the_pods_previous_version() -> None:
+    src = ApiServerSource(None, "n1", PodConfig(asyncio.Queue()))  # type: ignore[arg-type]
+    src.apply_event("ADDED", api_pod("a", tolerations=[{"key": "k", "operator": "Exists"}]))
+    old = src.store["uid-a"]
+    event = copy.deepcopy(old)  # what json.loads gives: equal values, new objects
+    event["metadata"]["resourceVersion"] = "2"
+    event["status"] = {"phase": "Running"}
+    src.apply_event("MODIFIED", event)
+    new = src.store["uid-a"]
+    assert new == event
+    assert new["spec"] is old["spec"] and new["status"] is not old["status"]
+    assert new["metadata"] is not old["metadata"] and new["metadata"]["name"] is old["metadata"]["name"]
+
+
+def test_a_new_pod_shares_the_parts_equal_to_the_pod_before_it() -> None:
+    src = ApiServerSource(None, "n1", PodConfig(asyncio.Queue()))  # type: ignore[arg-type]
+    tolerations = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "tolerationSeconds": 300}]
+    src.apply_event("ADDED", api_pod("a", tolerations=copy.deepcopy(tolerations)))
+    src.apply_event("ADDED", api_pod("b", tolerations=copy.deepcopy(tolerations)))
+    a, b = src.store["uid-a"], src.store["uid-b"]
+    assert a["spec"]["tolerations"] is b["spec"]["tolerations"] and b["spec"]["tolerations"] == tolerations
+    assert b["metadata"]["name"] == "b" and a["metadata"]["name"] == "a"
+
+
+@pytest.mark.parametrize(("obj", "model"), [
+    ({"a": 1, "b": [1, 2]}, {"a": True, "b": [1.0, 2]}),  # equal in Python, not in JSON: never mixed up
+    ({"a": 1.0}, {"a": 1}),
+    ({"a": {"x": "1"}, "b": 2}, {"b": 2, "a": {"x": "1"}}),  # the same keys in another order
+    ({"a": [1, 2, 3]}, {"a": [1, 2]}),
+    ({"a": [1, 2]}, {"a": [1, 2, 3]}),
+    ({"a": {}}, {"a": {"k": 1}}),
+    ({"a": {"k": None}}, {"a": {}}),
+    ([{"n": "x"}, "s"], {"n": "x"}),
+    ("s", None),
+])
+def test_a_shared_copy_is_exactly_the_decoded_object(obj: Any, model: Any) -> None:
+    obj_before, model_before = copy.deepcopy(obj), copy.deepcopy(model)
+    got = shared_copy(obj, model)
+    assert json.dumps(got) == json.dumps(obj_before)  # same values, types and key order
+    assert obj == obj_before and json.dumps(model) == json.dumps(model_before)  # neither changed
+
+
+def test_a_shared_copy_reuses_the_models_equal_parts() -> None:
+    model = shared_copy({"spec": {"c": [{"name": "a", "ports": [80]}], "t": {}}, "status": {"phase": "P"}})
+    got = shared_copy({"spec": {"c": [{"name": "a", "ports": [80]}], "t": {}}, "status": {"phase": "R"}}, model)
+    assert got["spec"] is model["spec"] and got["status"] is not model["status"]
+    assert shared_copy(copy.deepcopy(model), model) is model

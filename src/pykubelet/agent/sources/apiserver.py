@@ -19,13 +19,21 @@ Upstream reflector behaviour followed:
 - optional ``resync_period`` forces a relist periodically (upstream kubelet uses 0 = never; it is
   exposed for resilience against a server that silently drops events).
 
-Memory: the decoded pods are the agent's largest data (the store, shared by PodConfig's state, and
-the engine's copy). ``json`` creates a new string for every value and, per document, for every key,
-so 1,000 pods held 1,000 copies of "imagePullPolicy", "IfNotPresent", "True", the image name, each
-managedFields path... :func:`share_strings` replaces the strings of each pod as it arrives by the
-interpreter's shared (interned) instance: a decoded bench pod goes from ~25 kB to ~14 kB, and the
-engine's deep copy shares them too (``deepcopy`` never copies strings). Interned strings are freed
-with their last user, so unique values (uids, timestamps) do not accumulate.
+Memory: the decoded pods are the agent's largest data (the store, whose objects PodConfig's state
+and the engine share). ``json`` makes a new object for every value, so 1,000 pods held 1,000 copies
+of "imagePullPolicy", of each toleration, of each managedFields tree..., and every watch event of a
+pod a whole new tree although a status write changes a few fields. :func:`shared_copy` rebuilds each
+pod as it arrives with its strings interned and every part equal to the same part of a *model*
+replaced by the model's object: the model is the pod's previous version (a MODIFIED event shares all
+that did not change with the object the engine already holds) or, for a new pod, the pod received
+just before it (pods of one ReplicaSet, or of a burst, share their spec's unchanged parts, their
+managedFields trees, their tolerations). A decoded bench pod held alone costs ~25 kB; as one of
+1,000 with their versions ~4 kB. Sharing is safe because nothing writes a pod after it arrived: the
+store replaces whole pods, PodConfig copies what it annotates, and the engine never changes a pod
+(``tests/integration/agent/test_engine_never_changes_pods.py`` runs it over frozen pods). Upstream's
+informer keeps each decoded object as it came and hands the kubelet pointers to them, also shared
+read-only. Interned strings are freed with their last user, so unique values (uids, timestamps) do
+not accumulate.
 """
 
 from __future__ import annotations
@@ -51,33 +59,101 @@ SOURCE = API_SOURCE
 BACKOFF_RESET = 120.0  # seconds without a failure after which the back-off starts over
 
 
-def share_strings(obj: Any) -> Any:
-    """``obj`` (decoded JSON: dicts, lists, scalars) with every string key and value replaced by its
-    interned instance; a new tree, ``obj`` is left as it was. Iterative over each container's items
-    with the type checks inlined: about 1.5x the cost of decoding the same pod, paid once per watch
-    event, never at rest."""
+_NO_DICT: dict[str, Any] = {}  # "no model" placeholders: never returned, never written
+_NO_LIST: list[Any] = []
+_MISSING = object()
+
+
+def shared_copy(obj: Any, model: Any = None, second: Any = None) -> Any:
+    """``obj`` (decoded JSON: dicts, lists, scalars) rebuilt with every string key and value replaced
+    by its interned instance and every part equal to the same part of ``model`` (same keys or
+    indexes from the top) replaced by ``model``'s object; where ``model`` has no such part,
+    ``second``'s is the model. When all of ``obj`` equals ``model``, ``model`` itself. No argument
+    is changed, and the result equals ``obj`` (same values, types and key order). One pass over
+    ``obj`` (no separate comparison): about the cost of decoding it, paid once per watch event."""
+    t = type(obj)
+    if t is dict:
+        return _shared_dict(obj, model if type(model) is dict else second if type(second) is dict else _NO_DICT,
+                            second if type(model) is dict and type(second) is dict else _NO_DICT)
+    if t is list:
+        return _shared_list(obj, model if type(model) is list else second if type(second) is list else _NO_LIST,
+                            second if type(model) is list and type(second) is list else _NO_LIST)
+    if t is str:
+        return sys.intern(obj)
+    return model if type(model) is t and model == obj else obj
+
+
+def _shared_dict(obj: dict[str, Any], model: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     intern = sys.intern
-    if type(obj) is dict:
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            t = type(v)
-            if t is str:
-                v = intern(v)
-            elif t is dict or t is list:
-                v = share_strings(v)
-            out[intern(k) if type(k) is str else k] = v
-        return out
-    if type(obj) is list:
-        items: list[Any] = []
-        for v in obj:
-            t = type(v)
-            if t is str:
-                v = intern(v)
-            elif t is dict or t is list:
-                v = share_strings(v)
-            items.append(v)
-        return items
-    return intern(obj) if type(obj) is str else obj
+    get = model.get
+    get2 = second.get
+    same = model is not _NO_DICT and len(obj) == len(model)
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        m = get(k, _MISSING)
+        t = type(v)
+        if t is str:
+            v = intern(v)
+        elif t is dict:
+            m2 = get2(k)
+            if type(m) is not dict:
+                m, m2 = (m2, _NO_DICT) if type(m2) is dict else (_NO_DICT, _NO_DICT)
+            elif type(m2) is not dict:
+                m2 = _NO_DICT
+            if v:
+                v = _shared_dict(v, m, m2)
+            elif not m and m is not _NO_DICT:  # the many empty leaves of managedFields
+                v = m
+        elif t is list:
+            m2 = get2(k)
+            if type(m) is not list:
+                m, m2 = (m2, _NO_LIST) if type(m2) is list else (_NO_LIST, _NO_LIST)
+            elif type(m2) is not list:
+                m2 = _NO_LIST
+            v = _shared_list(v, m, m2)
+        elif type(m) is t and m == v:
+            v = m
+        if v is not m:
+            same = False
+        out[intern(k) if type(k) is str else k] = v
+    if same and (len(out) < 2 or list(out) == list(model)):
+        return model
+    return out
+
+
+def _shared_list(obj: list[Any], model: list[Any], second: list[Any]) -> list[Any]:
+    intern = sys.intern
+    n, n2 = len(model), len(second)
+    same = model is not _NO_LIST and len(obj) == n
+    out: list[Any] = []
+    for i, v in enumerate(obj):
+        m = model[i] if i < n else _MISSING
+        t = type(v)
+        if t is str:
+            v = intern(v)
+        elif t is dict:
+            m2 = second[i] if i < n2 else _NO_DICT
+            if type(m) is not dict:
+                m, m2 = (m2, _NO_DICT) if type(m2) is dict else (_NO_DICT, _NO_DICT)
+            elif type(m2) is not dict:
+                m2 = _NO_DICT
+            if v:
+                v = _shared_dict(v, m, m2)
+            elif not m and m is not _NO_DICT:
+                v = m
+        elif t is list:
+            m2 = second[i] if i < n2 else _NO_LIST
+            if type(m) is not list:
+                m, m2 = (m2, _NO_LIST) if type(m2) is list else (_NO_LIST, _NO_LIST)
+            elif type(m2) is not list:
+                m2 = _NO_LIST
+            v = _shared_list(v, m, m2)
+        elif type(m) is t and m == v:
+            v = m
+        if v is not m:
+            same = False
+        out.append(v)
+    return model if same else out
 
 
 class ApiServerSource:
@@ -101,6 +177,7 @@ class ApiServerSource:
         self.backoff_max = backoff_max
         self.resource_version: str | None = None
         self.store: dict[str, Pod] = {}
+        self._last: Pod | None = None  # the pod stored last: the model of the next new pod
         self.lists = 0  # number of LISTs done (for tests/diagnostics)
         self._task: asyncio.Task[None] | None = None
 
@@ -121,13 +198,20 @@ class ApiServerSource:
         for pod in lst.get("items") or []:
             uid = (pod.get("metadata") or {}).get("uid")
             if uid and self._mine(pod):
-                pod = share_strings(pod)
-                pod.setdefault("apiVersion", "v1")
+                pod.setdefault("apiVersion", "v1")  # the list's own object, before sharing
                 pod.setdefault("kind", "Pod")
-                store[uid] = pod
+                store[uid] = self._shared(uid, pod)
         self.store = store
         self.resource_version = str((lst.get("metadata") or {}).get("resourceVersion") or "") or None
         self._push()
+
+    def _shared(self, uid: str, pod: Pod) -> Pod:
+        """``pod`` as the store keeps it: :func:`shared_copy` modelled on its previous version, or on
+        the pod stored last when it is new (see the module docstring)."""
+        model = self.store.get(uid)
+        shared: Pod = shared_copy(pod, model, self._last) if model is not None else shared_copy(pod, self._last)
+        self._last = shared
+        return shared
 
     def apply_event(self, etype: str, obj: Pod) -> bool:
         """Apply one watch event to the store and hand the change of that one pod to PodConfig
@@ -147,8 +231,7 @@ class ApiServerSource:
             self.config.remove(SOURCE, uid)
             return True
         if etype in ("ADDED", "MODIFIED"):
-            obj = share_strings(obj)
-            self.store[uid] = obj
+            obj = self.store[uid] = self._shared(uid, obj)
             if is_mirror_pod(obj):
                 self.config.remove(SOURCE, uid)  # the kubelet runs static pods from their file
             else:

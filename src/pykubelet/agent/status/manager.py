@@ -106,9 +106,16 @@ class _Entry:
     api_status: JSONObj | None = None  # the status the API holds, as last seen (watch or PATCH answer)
     api_deleting: bool = False  # the API pod has a deletionTimestamp (as last seen)
 
-    def observe(self, pod: Pod) -> None:
-        """Remember what the API holds for this pod (a watch event or a PATCH answer)."""
-        self.api_status = copy.deepcopy(pod.get("status") or {})
+    def observe(self, pod: Pod, *, answer: bool = False) -> None:
+        """Remember what the API holds for this pod (a watch event, or with ``answer`` a PATCH
+        answer): the pod's own status object, not a copy. Nothing changes a pod once received (the
+        API source's store shares it with the engine, see ``sources/podconfig.py``), nor this status
+        (it is only compared and merged into new dicts); a copy was one more status per pod (~2 kB).
+        An answer equal to what the watch already showed keeps the watch's object, which the
+        source's store holds anyway (the watch event often arrives before the answer)."""
+        status = pod.get("status") or {}
+        if not (answer and status == self.api_status):
+            self.api_status = status
         self.api_deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
@@ -272,7 +279,7 @@ class StatusManager:
             if e.static:
                 e.api_status = patched.get("status") or merged
             else:
-                e.observe(patched)
+                e.observe(patched, answer=True)
         e.synced = max(e.synced, version)
         if e.terminated and e.api_deleting and not e.static and not e.deletion_requested:
             try:
