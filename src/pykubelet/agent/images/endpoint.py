@@ -26,7 +26,7 @@ class SplitCRIClient(CRIClient):
         self._image_channel: grpc.aio.Channel | None = None
 
     def _ensure_channel(self) -> None:
-        fresh = self._channel is None
+        fresh = self._rt is None  # the base client (re)made its stubs: make the image stub too
         super()._ensure_channel()
         if self._image_channel is None or fresh:
             self._image_channel = grpc.aio.insecure_channel(self.image_target, options=[
