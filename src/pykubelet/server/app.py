@@ -693,10 +693,11 @@ class ApiHttp:
             return await self._list(request, ri, info, ctx, accept)
         if info.verb == "get":
             check_resource_version(_single(q, "resourceVersion"))
-            obj = self.registry.get(ri, info.namespace, info.name, info.subresource)
             if wants_table(accept) and not info.subresource:
+                obj = self.registry.get(ri, info.namespace, info.name, info.subresource)
                 return json_response(self.registry.table(ri, [obj], self.registry.store.revision, None, None))
-            return json_response(obj)
+            return web.Response(body=self.registry.get_json(ri, info.namespace, info.name, info.subresource),
+                                content_type=JSON_CT)
         body_raw = await request.read()
         ct = request.headers.get("Content-Type", "")
         if info.verb in ("delete", "deletecollection"):

@@ -362,6 +362,18 @@ class Registry:
             return apps.to_scale(self.present(ri, self._raw_get(ri, ns, name)))
         return self.present(ri, self._raw_get(ri, ns, name))
 
+    def get_json(self, ri: ResourceInfo, ns: str, name: str, sub: str = "") -> bytes:
+        """:meth:`get` as JSON: an object presented as stored is the bytes the store encoded once
+        for its revision (shared with lists and watch events), no copy and no encoding."""
+        if ri.virtual or sub not in ("", "status"):
+            return json.dumps(self.get(ri, ns, name, sub), separators=(",", ":")).encode()
+        raw = self.store.peek(ri.key, ns, name)
+        if raw is None:
+            raise not_found(ri.resource, name, ri.group)
+        obj = self._presenter(ri)(raw)
+        data = self.store.encoded(ri.key, ns, name) if obj is raw else None
+        return data if data is not None else json.dumps(obj, separators=(",", ":")).encode()
+
     def _select(self, ri: ResourceInfo, ns: str | None, label_sel: str | None, field_sel: str | None,
                 limit: int | None, cont: str | None) -> ListPage:
         """One list page: keys, stored and presented objects, stored JSON, its revision, continue
