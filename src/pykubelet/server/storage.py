@@ -169,6 +169,21 @@ class Compacted(Exception):
 Key = tuple[str, str]
 
 
+def _untyped(obj: Obj) -> int:
+    return 0 if "kind" in obj and "apiVersion" in obj else 1
+
+
+@dataclass(eq=False)
+class _Column:
+    """A resource's stored JSON in key order, aligned with one sorted key list (``keys`` is that
+    list itself: a create or delete makes a new one, and the column is rebuilt from it), kept up
+    to date by updates; ``untyped``: how many of the objects lack kind or apiVersion."""
+
+    keys: list[Key]
+    data: list[bytes]
+    untyped: int
+
+
 class Snapshot:
     """One resource (in one namespace, or all) as it was at revision ``rev``, for the pages of a
     list after its first (upstream reads etcd at the continue token's revision).
@@ -228,26 +243,26 @@ class Snapshot:
             return self._current(start)
         return heapq.merge(self._current(start), self._past(start), key=operator.itemgetter(0))
 
-    def rows(self, start: Key | None = None, n: int | None = None) -> tuple[list[Key], list[Obj], list[bytes]]:
-        """The first ``n`` (all: ``None``) of :meth:`items` as three lists: keys, objects, JSON.
-        Without writes since ``rev`` these are slices of the key index and lookups, no walk in
-        Python per object (a full list of 10,000 pods is a few list comprehensions)."""
+    def rows(self, start: Key | None = None, n: int | None = None, *, objects: bool = True
+             ) -> tuple[list[Key], list[Obj], list[bytes]]:
+        """The first ``n`` (all: ``None``) of :meth:`items` as three lists: keys, objects (empty
+        unless ``objects``), JSON.  Without writes since ``rev`` these are slices of the key index
+        and of the column of encoded objects: no walk in Python per object."""
         if self._overlay:
             got = list(self.items(start) if n is None else itertools.islice(self.items(start), n))
             return [g[0] for g in got], [g[1] for g in got], [g[2] for g in got]
+        col = self.store._column(self.resource)
         keys, lo, hi = self._bounds(start)
         if n is not None:
             hi = min(hi, lo + n)
         ks = keys[lo:hi]
         items = self.store._objects[self.resource]
-        objs = [items[k] for k in ks]  # the key index is rebuilt on every create and delete
-        cache = self.store._encoded[self.resource]
-        data = [cache.get(k) for k in ks]
-        if None in data:  # not encoded since the store was loaded
-            for i, d in enumerate(data):
-                if d is None:
-                    data[i] = cache[ks[i]] = json.dumps(objs[i], separators=(",", ":")).encode()
-        return ks, objs, data  # type: ignore[return-value]  # no None left
+        return ks, [items[k] for k in ks] if objects else [], col.data[lo:hi]
+
+    def untyped(self) -> int | None:
+        """How many objects of the resource (all namespaces) lack kind or apiVersion; ``None``
+        when not counted (a snapshot with writes since ``rev``)."""
+        return None if self._overlay else self.store._column(self.resource).untyped
 
     def count_from(self, start: Key) -> int:
         """How many objects sort at or after ``start`` at ``rev``: a page's ``remainingItemCount``
@@ -297,6 +312,7 @@ class Storage:
         # load) and reused by lists and watches, like upstream's watch cache serving from memory
         self._encoded: dict[str, dict[tuple[str, str], bytes]] = collections.defaultdict(dict)
         self._order: dict[str, list[tuple[str, str]]] = {}  # keys of a resource, sorted; dropped on create/delete
+        self._columns: dict[str, _Column] = {}  # encoded objects in key order, for full lists
         self._history: collections.deque[WatchEvent] = collections.deque(maxlen=history)
         self._watchers: dict[str, set[Watcher]] = collections.defaultdict(set)
         # watchers with an equality field selector (a kubelet's spec.nodeName=<node>): resource ->
@@ -422,6 +438,34 @@ class Storage:
             keys = self._order[resource] = sorted(self._objects[resource])
         return keys
 
+    def _column(self, resource: str) -> _Column:
+        """The resource's encoded objects in key order: rebuilt after a create or delete (like the
+        key index), patched in place by an update, so a full list is a slice of it."""
+        keys = self._sorted_keys(resource)
+        col = self._columns.get(resource)
+        if col is None or col.keys is not keys:
+            items = self._objects[resource]
+            cache = self._encoded[resource]
+            data: list[bytes] = []
+            untyped = 0
+            for k in keys:
+                obj = items[k]
+                d = cache.get(k)
+                if d is None:
+                    d = cache[k] = json.dumps(obj, separators=(",", ":")).encode()
+                data.append(d)
+                untyped += _untyped(obj)
+            col = self._columns[resource] = _Column(keys, data, untyped)
+        return col
+
+    def _column_update(self, resource: str, key: Key, old: Obj, new: Obj, data: bytes) -> None:
+        """An update's new JSON into the resource's column, if it has a current one."""
+        col = self._columns.get(resource)
+        if col is None or col.keys is not self._order.get(resource):
+            return
+        col.data[bisect.bisect_left(col.keys, key)] = data
+        col.untyped += _untyped(new) - _untyped(old)
+
     def iter_raw(self, resource: str, namespace: str | None = None) -> Iterator[tuple[tuple[str, str], Obj]]:
         """Sorted (key, stored object) pairs without copying; callers must not mutate.  A list's
         pages read a :meth:`snapshot` instead."""
@@ -514,6 +558,7 @@ class Storage:
         self._persist(resource, namespace, name, data)
         items[(namespace, name)] = obj
         self._encoded[resource][(namespace, name)] = data
+        self._column_update(resource, (namespace, name), old, obj, data)
         self._emit(WatchEvent("MODIFIED", resource, namespace, name, rv, obj, old, _encoded=data))
         return json.loads(data)
 

@@ -88,3 +88,28 @@ def test_a_revision_older_than_the_history_is_compacted(tmp_path: Path) -> None:
             s.snapshot("configmaps", None, s.revision + 1)
     finally:
         s.close()
+
+
+def test_a_full_page_has_each_objects_current_json_after_updates_creates_and_deletes(tmp_path: Path) -> None:
+    s = _store(tmp_path)
+    try:
+        def listed() -> dict[str, bytes]:
+            keys, _objs, data = s.snapshot("configmaps", None).rows(objects=False)
+            return {f"{k[0]}/{k[1]}": d for k, d in zip(keys, data, strict=True)}
+
+        def stored() -> dict[str, bytes]:
+            return {f"{ns}/{name}": s.encoded("configmaps", ns, name) or b""
+                    for (ns, name), _o in s.iter_raw("configmaps")}
+
+        assert listed() == stored()
+        cm = s.get("configmaps", "b", "cm1")
+        assert cm is not None
+        cm["data"] = {"k": "v"}
+        s.update("configmaps", "b", "cm1", cm)
+        assert b'"k":"v"' in listed()["b/cm1"] and listed() == stored()
+        s.create("configmaps", "a", "cm9", {"metadata": {"name": "cm9", "namespace": "a"}})
+        s.delete("configmaps", "b-x", "cm0")
+        assert listed() == stored() and "a/cm9" in listed() and "b-x/cm0" not in listed()
+        assert s.snapshot("configmaps", None).untyped() == 15  # none of these has kind and apiVersion
+    finally:
+        s.close()
