@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from pykubelet.agent.podmanager import PodManager
 from pykubelet.agent.sources.apiserver import ApiServerSource, shared_copy
 from pykubelet.agent.sources.podconfig import PodConfig, diff_pods
+from pykubelet.agent.status.manager import StatusManager
 from pykubelet.agent.types import PodOp, PodUpdate
 from pykubelet.common.apiclient import ApiError
 from tests.builders import pod, pod_path
@@ -243,3 +245,24 @@ def test_a_shared_copy_reuses_the_models_equal_parts() -> None:
     got = shared_copy({"spec": {"c": [{"name": "a", "ports": [80]}], "t": {}}, "status": {"phase": "R"}}, model)
     assert got["spec"] is model["spec"] and got["status"] is not model["status"]
     assert shared_copy(copy.deepcopy(model), model) is model
+
+
+def test_pods_shows_the_api_pod_as_received_with_the_agents_status() -> None:
+    q: asyncio.Queue[PodUpdate] = asyncio.Queue()
+    src = ApiServerSource(None, "n1", PodConfig(q, clock=lambda: 0.0))  # type: ignore[arg-type]
+    raw = api_pod("a")
+    raw["metadata"]["managedFields"] = [{"manager": "kubectl", "operation": "Update",
+                                         "fieldsV1": {"f:spec": {"f:containers": {}}}}]
+    src.apply_event("ADDED", copy.deepcopy(raw))
+    statuses = StatusManager(None)
+    pods = PodManager(statuses)
+    handed = q.get_nowait().pods[0]
+    pods.add_pod(handed)
+    statuses.set_pod_status(handed, {"phase": "Running"})
+    shown = pods.pods()[0]
+    annotations = {"kubernetes.io/config.source": "api",
+                   "kubernetes.io/config.seen": "1970-01-01T00:00:00.000000000Z"}
+    assert shown == {**raw, "metadata": {**raw["metadata"], "annotations": annotations},
+                     "status": {"phase": "Running"}}
+    shown["spec"]["containers"].append({"name": "x"})  # the endpoint's copy is its own
+    assert src.store["uid-a"]["spec"] == raw["spec"] == handed["spec"]
