@@ -13,12 +13,20 @@ What is measured, on one private containerd with ``pykubelet server`` + ``pykube
 
 Targets for the agent in the steady state: RSS ≤ 100 MB (max sample) and CPU ≤ 5 % of one core.
 Server and containerd CPU are recorded for information only (the control plane is a dev tool).
+The agent's CPU over the hold is also split by thread (``/proc/<pid>/task/*``: the event loop,
+grpc's polling threads, ``asyncio.to_thread`` workers), and ``--profile OUT`` records the hold with
+py-spy (a developer tool, not a dependency: ``.venv/bin/pip install py-spy``) as collapsed stacks.
+The load average is recorded before and after each window: on a shared machine it says how far
+the CPU figures can be trusted.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import shutil
+import subprocess
 import sys
 import time
 import traceback
@@ -46,8 +54,36 @@ TARGET_CPU_PCT = 5.0
 MB = 1024 * 1024
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """utime+stime per thread name of a process, in seconds (threads of one name summed; the main
+    thread, which runs the event loop, on its own)."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        if tid == str(pid):
+            name = "event loop"  # the other Python threads keep the process's name: to_thread workers, grpc's poller
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 async def sample(pids: dict[str, int], seconds: float) -> dict[str, Any]:
-    """RSS every second and CPU over the window for each named pid."""
+    """RSS every second and CPU over the window for each named pid (the agent's also per thread)."""
+    load0 = loadavg()
+    threads0 = thread_cpu(pids["agent"])
     cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
     rss: dict[str, list[float]] = {k: [] for k in pids}
     t0 = time.monotonic()
@@ -56,11 +92,25 @@ async def sample(pids: dict[str, int], seconds: float) -> dict[str, Any]:
             rss[k].append(rss_bytes(p) / MB)
         await asyncio.sleep(1.0)
     wall = time.monotonic() - t0
-    out: dict[str, Any] = {"seconds": wall}
+    out: dict[str, Any] = {"seconds": wall, "loadavg": [load0, loadavg()]}
     for k, p in pids.items():
         out[k] = {"rss_mb": stats(rss[k]).__dict__,
                   "cpu_pct": 100.0 * (cpu_seconds(p) - cpu0[k]) / wall}
+    threads1 = thread_cpu(pids["agent"])
+    out["agent"]["threads_cpu_pct"] = {
+        name: round(100.0 * (t - threads0.get(name, 0.0)) / wall, 3) for name, t in sorted(threads1.items())}
     return out
+
+
+def start_profile(pid: int, seconds: float, out: str) -> subprocess.Popen[bytes] | None:
+    """py-spy over the hold (collapsed stacks of the busy samples, every thread), or None without it."""
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(exe).exists():
+        log("--profile: py-spy not found (pip install py-spy); not profiling")
+        return None
+    return subprocess.Popen([exe, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "100",
+                             "--format", "raw", "--nonblocking", "-o", out],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -83,7 +133,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             log(f"all {args.pods} running after {result['all_running_s']:.1f}s; settling 5s")
             await asyncio.sleep(5)
             log(f"steady state: sampling {args.hold}s")
+            spy = start_profile(pids["agent"], args.hold, args.profile) if args.profile else None
             result["loaded"] = await sample(pids, args.hold)
+            if spy is not None:
+                await asyncio.to_thread(spy.wait, 30)
             running = sum(1 for c in await raw.cri.list_containers() if c.state == 1)  # CONTAINER_RUNNING
             result["containers_running_after_hold"] = running
             t1 = time.monotonic()
@@ -111,6 +164,10 @@ def report(result: dict[str, Any]) -> None:
         i, ld = result["idle"][k], result["loaded"][k]
         print(f"  {k:11} {i['rss_mb']['max']:14.1f} {ld['rss_mb']['max']:15.1f} "
               f"{i['cpu_pct']:8.1f}% {ld['cpu_pct']:10.1f}%")
+    for phase in ("idle", "loaded"):
+        threads = result[phase]["agent"].get("threads_cpu_pct", {})
+        busy = ", ".join(f"{n} {v:.2f}%" for n, v in sorted(threads.items(), key=lambda kv: -kv[1]) if v > 0)
+        print(f"  agent CPU by thread, {phase} (load {' -> '.join(result[phase].get('loadavg', []))}): {busy}")
     a = result["loaded"]["agent"]
     rss_ok = a["rss_mb"]["max"] <= TARGET_RSS_MB
     cpu_ok = a["cpu_pct"] <= TARGET_CPU_PCT
@@ -128,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle", type=float, default=15.0, help="idle baseline window, seconds (default 15)")
     p.add_argument("--quick", action="store_true", help="30 pods, 15 s hold, 5 s idle")
     p.add_argument("--json", metavar="OUT", help="write the results as JSON")
+    p.add_argument("--profile", metavar="OUT", help="py-spy the agent over the hold (collapsed stacks to OUT)")
     args = p.parse_args(argv)
     if args.quick:
         args.pods, args.hold, args.idle = 30, 15.0, 5.0
