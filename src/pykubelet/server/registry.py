@@ -422,7 +422,7 @@ class Registry:
         filtered = bool(label_sel or field_sel)
         more = False
         if name_eq is None and not filtered:  # every object is listed: slices, no walk
-            plain = not objects and self._shown_as_stored(ri) and snap.untyped() == 0
+            plain = not objects and not limit and self._shown_as_stored(ri) and snap.untyped() == 0
             keys, raws, data = snap.rows(start, limit + 1 if limit else None, objects=not plain)
             if limit and len(keys) > limit:
                 more = True

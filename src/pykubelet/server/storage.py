@@ -251,13 +251,16 @@ class Snapshot:
         if self._overlay:
             got = list(self.items(start) if n is None else itertools.islice(self.items(start), n))
             return [g[0] for g in got], [g[1] for g in got], [g[2] for g in got]
-        col = self.store._column(self.resource)
         keys, lo, hi = self._bounds(start)
         if n is not None:
             hi = min(hi, lo + n)
         ks = keys[lo:hi]
         items = self.store._objects[self.resource]
-        return ks, [items[k] for k in ks] if objects else [], col.data[lo:hi]
+        objs = [items[k] for k in ks] if objects else []
+        col = self.store._columns.get(self.resource)
+        if n is None or (col is not None and col.keys is keys):  # a page does not rebuild the column
+            return ks, objs, self.store._column(self.resource).data[lo:hi]
+        return ks, objs, [self.store.encoded(self.resource, *k) or b"" for k in ks]
 
     def untyped(self) -> int | None:
         """How many objects of the resource (all namespaces) lack kind or apiVersion; ``None``
