@@ -21,9 +21,9 @@ top-level dict, ``metadata`` and ``annotations``: ``_annotatable_copy``); spec, 
 stay the source's objects, and the engine is handed PodConfig's very objects. Nobody writes a pod
 after handing it over: sources replace whole pods (the API source's store per watch event, the file
 source's fresh copies per scan), PodConfig writes only its own copies before it hands them out, and
-the engine never changes a pod it is given (``tests/integration/agent/
-test_engine_never_changes_pods.py`` runs the engine over frozen pods; readers that need a pod to
-change, like ``/pods`` adding the agent's status, deep-copy it first). Upstream's kubelet shares the
+the engine never changes a pod it is given (the integration test ``test_engine_never_changes_pods``
+runs the engine over frozen pods; readers that need a pod to change, like ``/pods`` adding the
+agent's status, deep-copy it first). Upstream's kubelet shares the
 informer's objects the same way (its pod manager holds the pointers ``PodConfig`` hands over). The
 engine's deep copy of each pod was the agent's largest per-pod cost after the store (~13 kB for a
 bench pod) and ~60 % of the CPU of a watch event.
