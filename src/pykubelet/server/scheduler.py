@@ -2,7 +2,7 @@
 
 Design: the decision part is pure (``filter_node``, ``score_node``, ``schedule``,
 ``fit_error_message``) and operates on JSON dicts; ``Scheduler`` only does I/O: it keeps a cache of
-nodes and pods fed by list+watch, queues pods with empty ``spec.nodeName`` whose schedulerName
+nodes and pods fed by list+watch (in the server, the shared informers' events: ``kit.follow``), queues pods with empty ``spec.nodeName`` whose schedulerName
 is ``default-scheduler``, binds them via ``POST .../pods/{name}/binding`` and records events.
 Decisions are made one pod at a time over per-node sums kept from the watches (``NodeInfo``:
 requested resources, non-zero requests for scoring, host ports, pod count; upstream's scheduler

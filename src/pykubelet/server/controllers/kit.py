@@ -31,7 +31,9 @@ Pieces (all asyncio, one loop, no threads):
   event ten times). A controller built inside :func:`sharing` gets the shared informer from
   ``self.informer(path)``; its handlers are added to it (replayed as adds when it has synced
   already, as client-go does for a late handler) and removed when the controller stops, so a
-  restarted controller never leaves its old handlers behind.
+  restarted controller never leaves its old handlers behind. :func:`follow` feeds the same shared
+  informers to controllers written around a list+watch loop of their own (scheduler, node
+  lifecycle, PV controller), so one decoded copy of each pod serves them all.
 - :class:`Controller` — the runner: informers + queue + ``workers`` coroutines calling
   ``reconcile(key)``.  An exception re-queues the key rate-limited (logged); success ``forget``s
   it; ``reconcile`` may return seconds after which the key is looked at again (``AddAfter``).
