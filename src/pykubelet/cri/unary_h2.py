@@ -289,9 +289,8 @@ class _Connection(asyncio.Protocol):
             n = min(len(view), self.send_window, st.send_window, self._max_frame)
             if n <= 0 and view:
                 w = loop.create_future()
-                if st.send_window <= 0:
-                    st.window_waiter = w
-                else:
+                st.window_waiter = w  # also woken when the call ends (deadline, reset, connection lost)
+                if self.send_window <= 0:
                     self._conn_window_waiters.append(w)
                 await w
                 continue
