@@ -32,9 +32,6 @@ Variants (``--call`` picks ExecSync, PodSandboxStatus or ListContainers):
 * ``sync_inline`` (diagnostic, blocks the loop): the sync blocking call made on the loop thread,
   no hand-off at all: what grpcio's sync stack costs by itself;
 * ``grpclib`` (only when ``grpclib`` is importable): the pure-Python gRPC client (h2-based);
-* ``h2_floor`` (only when ``hpack`` is importable): ``bench/grpc_h2_floor.py``, a measuring
-  prototype speaking just enough HTTP/2 for unary calls from ``data_received`` on the loop thread:
-  the least a call costs in Python without grpcio's machinery (not a client: see its docstring).
 
 ``--prober PODS`` measures the other side of an exec probe, the prober's own cost: ``PODS`` pods with
 an exec readiness and liveness probe every second in a real ``ProbeManager``, against
@@ -88,7 +85,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "idle": {}, "cri_client_grpcio": {}, "cri_client": {}, "aio": {}, "aio_bytes": {}, "aio_lean": {}, "aio_minimal": {},
     "aio_poll": {"GRPC_POLL_STRATEGY": "poll"}, "aio_no_event_engine": {"GRPC_EXPERIMENTS": NO_EVENT_ENGINE},
     "aio_direct": {}, "sync_future": {}, "sync_future_bytes": {}, "executor": {}, "executor1": {},
-    "sync_inline": {}, "grpclib": {}, "h2_floor": {},
+    "sync_inline": {}, "grpclib": {},
 }
 # channel arguments that take per-call work out of gRPC's C core for a local unix socket: no retry
 # filter (it buffers every call's send ops in case of a retry), no channelz call counters
@@ -214,8 +211,8 @@ class Variants:
                 return (lambda: mc(raw, timeout=timeout)), ch.close
             astub = getattr(pb_grpc.RuntimeServiceStub(ch), rpc)
             return (lambda: astub(req, timeout=timeout)), ch.close
-        if name in ("grpclib", "h2_floor"):
-            return await self._pure_python(name)
+        if name == "grpclib":
+            return await self._grpclib()
         sch = grpc.insecure_channel(self.target)
         sstub = getattr(pb_grpc.RuntimeServiceStub(sch), rpc)
         pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -260,34 +257,19 @@ class Variants:
 
         return call, ch.close
 
-    async def _pure_python(self, name: str) -> tuple[Call, Callable[[], Awaitable[None]]]:
-        path, req, parse = self.target[len("unix://"):], self.req, self.resp_type.FromString
-        if name == "grpclib":
-            try:
-                from grpclib.client import Channel, UnaryUnaryMethod
-            except ImportError as e:
-                raise Skip(str(e)) from None
-            gch = Channel(path=path)
-            m: Any = UnaryUnaryMethod(gch, self.method, type(req), self.resp_type)
-
-            async def gclose() -> None:
-                gch.close()
-
-            return (lambda: m(req, timeout=TIMEOUT)), gclose
+    async def _grpclib(self) -> tuple[Call, Callable[[], Awaitable[None]]]:
+        path, req = self.target[len("unix://"):], self.req
         try:
-            from grpc_h2_floor import H2Unary
+            from grpclib.client import Channel, UnaryUnaryMethod
         except ImportError as e:
             raise Skip(str(e)) from None
-        h = await H2Unary.connect(path)
-        method = self.method
+        gch = Channel(path=path)
+        m: Any = UnaryUnaryMethod(gch, self.method, type(req), self.resp_type)
 
-        async def h2call() -> Any:
-            return parse(await h.unary(method, req.SerializeToString(), TIMEOUT))
+        async def gclose() -> None:
+            gch.close()
 
-        async def hclose() -> None:
-            h.close()
-
-        return h2call, hclose
+        return (lambda: m(req, timeout=TIMEOUT)), gclose
 
 
 async def one(variant: str, endpoint: str, cid: str, rate: float, seconds: float, sandbox_id: str = "",
