@@ -168,7 +168,7 @@ class _Stream:
     def __init__(self, sid: int, fut: asyncio.Future[bytes], send_window: int) -> None:
         self.id = sid
         self.fut = fut
-        self.data = bytearray()
+        self.data: bytes | bytearray = b""  # the first DATA payload as is; a bytearray once there are more
         self.headers: list[tuple[str, str]] = []
         self.http_status = ""
         self.send_window = send_window
@@ -422,7 +422,12 @@ class _Connection(asyncio.Protocol):
         st = self.streams.get(sid)
         if st is None:
             return
-        st.data += payload
+        if not st.data:
+            st.data = payload  # the usual unary response: one DATA frame, kept without a copy
+        else:
+            if type(st.data) is bytes:
+                st.data = bytearray(st.data)
+            st.data += payload
         if len(st.data) > self._max_receive + 5:
             del self.streams[sid]
             self._reset(st, _RST_CANCEL)
@@ -538,7 +543,7 @@ class _Connection(asyncio.Protocol):
         if len(data) != 5 + size:
             self._settle(st, rpc_error(grpc.StatusCode.INTERNAL, "the server sent a truncated or second message"))
             return
-        self._settle(st, bytes(data[5:]))
+        self._settle(st, bytes(data[5:]))  # one copy (bytes() of a bytes slice is the slice itself)
 
 
 class UnaryChannel:
