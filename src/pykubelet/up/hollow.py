@@ -399,14 +399,20 @@ class HollowNodes:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> int:
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
+def _stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> list[signal.Signals]:
+    """Set ``stop`` on SIGTERM/SIGINT; the signals whose handlers were installed (to remove later)."""
     installed = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
             installed.append(sig)
+    return installed
+
+
+async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> int:
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = _stop_on_signals(loop, stop)
     hollow = HollowNodes(args)
     try:
         await hollow.start()
@@ -428,11 +434,7 @@ async def run_processes(args: argparse.Namespace, argv: Sequence[str], data_dir:
     (after the supervisor's back-off) until stopped; SIGTERM them all on SIGTERM/SIGINT."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
+    installed = _stop_on_signals(loop, stop)
     own_dir = not args.data_dir
     procs: dict[int, asyncio.subprocess.Process] = {}
 
