@@ -800,6 +800,7 @@ class ApiHttp:
         send_initial = _single(q, "sendInitialEvents")
         opts["sendInitialEvents"] = parse_bool(send_initial) if send_initial else None
         match = _single(q, "resourceVersionMatch") or ""
+        opts["resourceVersionMatch"] = match
         errs: list[tuple[str, str]] = []
         if watch:
             if send_initial and match != "NotOlderThan":
@@ -839,10 +840,11 @@ class ApiHttp:
         limit = opts["limit"] if opts["limit"] and opts["limit"] > 0 else None
         sel = (ri, info.namespace or None, opts["labelSelectorText"], opts["fieldSelectorText"], limit,
                opts["continue"] or None)
+        exact = opts["since"] if opts["resourceVersionMatch"] == "Exact" else None
         if wants_table(accept):
-            items, rev, cont, remaining = self.registry.list_shared(*sel)
+            items, rev, cont, remaining = self.registry.list_shared(*sel, exact=exact)
             return web.Response(body=self.registry.table_json(ri, items, rev, cont, remaining), content_type=JSON_CT)
-        return web.Response(body=self.registry.list_json(*sel), content_type=JSON_CT)
+        return web.Response(body=self.registry.list_json(*sel, exact=exact), content_type=JSON_CT)
 
     async def _watch(self, request: web.Request, ri: ResourceInfo, info: RequestInfo,
                      ctx: RequestContext) -> web.StreamResponse:

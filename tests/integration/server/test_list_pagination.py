@@ -94,6 +94,31 @@ async def test_a_continue_token_older_than_the_history_is_gone_with_a_token_for_
             await h.close()
 
 
+async def test_a_list_with_an_exact_resource_version_shows_the_state_at_that_revision(tmp_path: Path) -> None:
+    async with run_server(tmp_path / "d", port=0, controllers=False, history=50) as srv:
+        h = Http(srv)
+        try:
+            await _create(h, "e1", "e2")
+            _st, then = await h.req("GET", PODS)
+            rev = then["metadata"]["resourceVersion"]
+            await _create(h, "e3")
+            assert (await h.req("DELETE", f"{PODS}/e1", {"gracePeriodSeconds": 0}))[0] == 200
+            st, at = await h.req("GET", PODS, params={"resourceVersion": rev, "resourceVersionMatch": "Exact"})
+            assert st == 200, at
+            assert _names(at) == ["e1", "e2"] and at["metadata"]["resourceVersion"] == rev
+            st, now = await h.req("GET", PODS, params={"resourceVersion": rev, "resourceVersionMatch": "NotOlderThan"})
+            assert st == 200 and _names(now) == ["e2", "e3"]
+            st, ahead = await h.req("GET", PODS, params={"resourceVersion": str(int(rev) + 1000),
+                                                         "resourceVersionMatch": "Exact"})
+            assert st == 504 and ahead["message"].startswith("Too large resource version")
+            await _create(h, *(f"x{i}" for i in range(60)))  # more writes than the history holds
+            st, gone = await h.req("GET", PODS, params={"resourceVersion": rev, "resourceVersionMatch": "Exact"})
+            assert st == 410 and gone["reason"] == "Expired"
+            assert gone["message"] == "The resourceVersion for the provided list is too old."
+        finally:
+            await h.close()
+
+
 async def test_a_continue_token_that_does_not_decode_is_a_bad_request(tmp_path: Path) -> None:
     async with run_server(tmp_path / "d", port=0, controllers=False) as srv:
         h = Http(srv)
