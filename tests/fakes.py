@@ -19,12 +19,15 @@ patched") rather than as a hand-rolled stub, and a change in a seam is made once
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple
 
 from pykubelet.common.apiclient import ApiError
-from pykubelet.cri import pb
+from pykubelet.cri import CRIClient, pb
+from pykubelet.cri.client import Observer
+from pykubelet.fakecri import FakeRuntime, serve
 
 JSON = dict[str, Any]
 
@@ -325,3 +328,17 @@ class FakeImageService:
             raise RuntimeError("unreachable registry")
         self.present.add(image)
         return "sha256:" + image
+
+
+@contextlib.asynccontextmanager
+async def fake_cri(sock: str, runtime: FakeRuntime | None = None, *, call_timeout: float = 10,
+                   observer: Observer | None = None) -> AsyncIterator[tuple[CRIClient, FakeRuntime]]:
+    """The fake runtime served over gRPC on ``sock`` and a connected ``CRIClient``; both stopped on exit."""
+    server, rt = await serve(sock, runtime)
+    client = CRIClient(f"unix://{sock}", timeout=call_timeout, observer=observer)
+    try:
+        await client.connect(wait=5)
+        yield client, rt
+    finally:
+        await client.close()
+        await server.stop(None)

@@ -25,9 +25,8 @@ from pykubelet.agent.kubelet import Kubelet
 from pykubelet.agent.types import PodOp, PodUpdate
 from pykubelet.agent.volumemanager import SystemMounter, TmpfsMode
 from pykubelet.cri import CRIClient
-from pykubelet.fakecri.server import serve
 from tests.builders import container, pod, pod_path
-from tests.fakes import FakeApi, FakeEventRecorder, eventually
+from tests.fakes import FakeApi, FakeEventRecorder, eventually, fake_cri
 
 JSON = dict[str, Any]
 CM_PATH = "/api/v1/namespaces/default/configmaps/app-config"
@@ -129,18 +128,13 @@ class Harness:
 @pytest.fixture
 async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     WRITES.clear()
-    sock = str(tmp_path / "cri.sock")
-    server, _rt = await serve(sock)
-    client = CRIClient(f"unix://{sock}", timeout=10)
-    await client.connect(wait=5)
-    h = Harness(tmp_path, client)
-    try:
-        yield h
-    finally:
-        if h.kubelet is not None:
-            await h.kubelet.stop()
-        await client.close()
-        await server.stop(0)
+    async with fake_cri(str(tmp_path / "cri.sock")) as (client, _rt):
+        h = Harness(tmp_path, client)
+        try:
+            yield h
+        finally:
+            if h.kubelet is not None:
+                await h.kubelet.stop()
 
 
 async def test_a_pod_runs_is_updated_shown_and_deleted_without_the_engine_changing_it(harness: Harness) -> None:

@@ -20,7 +20,7 @@ from cri_api.v1 import api_pb2 as pb
 
 from pykubelet.cri import CRIClient, CRIError
 from pykubelet.fakecri import FakeRuntime, serve
-from tests.fakes import eventually
+from tests.fakes import eventually, fake_cri
 
 
 class HangingExecRuntime(FakeRuntime):
@@ -50,16 +50,10 @@ def sock() -> Iterator[str]:
 
 @pytest.fixture
 async def hanging(sock: str) -> AsyncIterator[tuple[CRIClient, HangingExecRuntime, list[tuple[str, Any]]]]:
-    server, rt = await serve(sock, HangingExecRuntime())
-    assert isinstance(rt, HangingExecRuntime)
     seen: list[tuple[str, Any]] = []
-    client = CRIClient(f"unix://{sock}", timeout=10, observer=lambda op, s, e: seen.append((op, e)))
-    try:
-        await client.connect(wait=5)
+    async with fake_cri(sock, HangingExecRuntime(), observer=lambda op, s, e: seen.append((op, e))) as (client, rt):
+        assert isinstance(rt, HangingExecRuntime)
         yield client, rt, seen
-    finally:
-        await client.close()
-        await server.stop(None)
 
 
 async def test_cancelling_the_awaiting_task_cancels_the_call_on_the_runtime(hanging: Any) -> None:
@@ -103,10 +97,7 @@ async def test_the_same_client_reaches_a_restarted_runtime(sock: str) -> None:
 
 
 async def test_requests_larger_than_the_runtimes_flow_control_window_arrive_whole(sock: str) -> None:
-    server, _ = await serve(sock)
-    client = CRIClient(f"unix://{sock}", timeout=10)
-    try:
-        await client.connect(wait=5)
+    async with fake_cri(sock) as (client, _rt):
         await client.pull_image("busybox:1.36")
         big = {f"note-{i}": "x" * 1000 for i in range(1000)}  # ~1 MB: many DATA frames and window updates
         configs = [pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name=f"p{i}", namespace="default", uid=f"u{i}"),
@@ -115,33 +106,18 @@ async def test_requests_larger_than_the_runtimes_flow_control_window_arrive_whol
         assert len(set(sandboxes)) == 5
         status = await client.pod_sandbox_status(sandboxes[0])
         assert dict(status.status.annotations) == big
-    finally:
-        await client.close()
-        await server.stop(None)
 
 
 async def test_hundreds_of_concurrent_calls_all_complete(sock: str) -> None:
-    server, _ = await serve(sock)
-    client = CRIClient(f"unix://{sock}", timeout=10)
-    try:
-        await client.connect(wait=5)
+    async with fake_cri(sock) as (client, _rt):
         answers = await asyncio.gather(*(client.version() for _ in range(500)))
         assert {a.runtime_name for a in answers} == {"fakecri"}
-    finally:
-        await client.close()
-        await server.stop(None)
 
 
 async def test_a_runtime_error_keeps_its_code_and_message(sock: str) -> None:
-    server, _ = await serve(sock)
-    client = CRIClient(f"unix://{sock}", timeout=10)
-    try:
-        await client.connect(wait=5)
+    async with fake_cri(sock) as (client, _rt):
         with pytest.raises(CRIError) as ei:
             await client.container_status("no-such-container")
         assert ei.value.not_found
         assert "no-such-container" in ei.value.details
         assert (await client.version()).runtime_name == "fakecri"  # the connection is still good
-    finally:
-        await client.close()
-        await server.stop(None)
