@@ -341,4 +341,4 @@ async def fake_cri(sock: str, runtime: FakeRuntime | None = None, *, call_timeou
         yield client, rt
     finally:
         await client.close()
-        await server.stop(None)
+        await server.stop(1)  # lets a handler still sending its answer finish (no task outlives the test)
