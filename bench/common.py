@@ -312,7 +312,8 @@ class Cluster:
                 if conds.get("Ready") == "True":
                     break
             if time.monotonic() > deadline:
-                raise TimeoutError("node did not become Ready")
+                tail = (self.data_dir / "logs" / "agent.log").read_text(errors="replace")[-3000:]
+                raise TimeoutError(f"node did not become Ready; agent log:\n{tail}")
             await asyncio.sleep(0.3)
 
     def _spawn(self, name: str, argv: list[str], log_path: Path) -> None:

@@ -26,6 +26,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 
+from pykubelet.common import aio
 from pykubelet.common.apiclient import ApiClient, ApiError
 from pykubelet.cri import CRIClient
 
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     setup_logging(options.verbosity)
     try:
-        return asyncio.run(run_agent(options))
+        return aio.run(run_agent(options))
     except KeyboardInterrupt:
         return 0
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
@@ -57,3 +60,20 @@ def run_every(
             await asyncio.sleep(current_period())
 
     return asyncio.get_running_loop().create_task(loop(), name=name)
+
+
+def run(main: Awaitable[T]) -> T:
+    """Run the process's one event loop: the stdlib's, or uvloop's when ``PYKUBELET_EVENT_LOOP=uvloop``.
+
+    Every long-running command (agent, server, fakecri) starts here so that the choice of loop is made
+    in one place. uvloop runs the loop, timers and socket transports in C; the agent's per-call
+    cost is mostly loop wake-ups and transport callbacks (docs/benchmarks-scale.md, "Probes").
+    """
+    loop = os.environ.get("PYKUBELET_EVENT_LOOP", "asyncio")
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(main)  # type: ignore[arg-type]
+    if loop != "asyncio":
+        raise SystemExit(f"PYKUBELET_EVENT_LOOP={loop!r}: expected 'asyncio' or 'uvloop'")
+    return asyncio.run(main)  # type: ignore[arg-type]

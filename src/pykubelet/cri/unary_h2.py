@@ -38,7 +38,7 @@ import asyncio
 import math
 import struct
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import unquote
 
 import grpc
@@ -208,7 +208,7 @@ class _Connection(asyncio.Protocol):
     # ---------------------------------------------------------------- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio.Transport subclasses
         self.transport = transport
         self._loop = asyncio.get_running_loop()
         settings = struct.pack(">HIHI", _S_ENABLE_PUSH, 0, _S_INITIAL_WINDOW, _MAX_WINDOW)

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 
+from pykubelet.common import aio
 from pykubelet.cri.client import socket_path
 from pykubelet.fakecri.runtime import DEFAULT_IMAGES, FakeRuntime
 from pykubelet.fakecri.server import serve
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         log.error("%s", e)
         return 2
-    return asyncio.run(_amain(args))
+    return aio.run(_amain(args))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -38,6 +38,7 @@ from typing import Any
 
 from aiohttp import web
 
+from pykubelet.common import aio
 from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient
 from pykubelet.server import controllers as kcm
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     try:
-        return asyncio.run(_amain(args))
+        return aio.run(_amain(args))
     except (OSError, EncryptionConfigError, StorageError) as e:
         log.error("cannot start server: %s", e)
         return 1
