@@ -232,6 +232,11 @@ def test_a_new_pod_shares_the_parts_equal_to_the_pod_before_it() -> None:
     ({"a": {"k": None}}, {"a": {}}),
     ([{"n": "x"}, "s"], {"n": "x"}),
     ("s", None),
+    ({"x": {"a": 1, "b": [1]}}, {"x": {"a": True, "b": [1]}}),  # equal below the top, not in JSON
+    ({"x": [{"a": 1.0}]}, {"x": [{"a": 1}]}),
+    ({"x": {"a": 0}, "y": [[False]]}, {"x": {"a": -0.0}, "y": [[0]]}),
+    ({"x": {"a": "1", "b": {"c": 2}}}, {"x": {"b": {"c": 2}, "a": "1"}}),  # same keys, another order, nested
+    ({"x": [], "y": {}}, {}),
 ])
 def test_a_shared_copy_is_exactly_the_decoded_object(obj: Any, model: Any) -> None:
     obj_before, model_before = copy.deepcopy(obj), copy.deepcopy(model)
@@ -245,6 +250,13 @@ def test_a_shared_copy_reuses_the_models_equal_parts() -> None:
     got = shared_copy({"spec": {"c": [{"name": "a", "ports": [80]}], "t": {}}, "status": {"phase": "R"}}, model)
     assert got["spec"] is model["spec"] and got["status"] is not model["status"]
     assert shared_copy(copy.deepcopy(model), model) is model
+
+
+def test_a_shared_copy_without_a_model_makes_its_own_empty_lists() -> None:
+    a, b = shared_copy({"x": [], "y": [[]]}), shared_copy({"x": [], "y": [[]]})
+    a["x"].append(1)
+    a["y"][0].append(1)
+    assert b == {"x": [], "y": [[]]} and shared_copy({"x": []}) == {"x": []}
 
 
 def test_pods_shows_the_api_pod_as_received_with_the_agents_status() -> None:

