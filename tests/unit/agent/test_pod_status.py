@@ -201,6 +201,24 @@ async def test_status_manager_never_regresses_terminal_phase() -> None:
     assert sm.get_pod_status("uid-p")["phase"] == "Succeeded"  # type: ignore[index]
 
 
+class _Reason(str):
+    """A str subclass: a value the fast copy (marshal) does not take."""
+
+
+@pytest.mark.parametrize("reason", ["Started", _Reason("Started")])
+async def test_status_manager_keeps_its_own_copy_of_a_status(reason: str) -> None:
+    p = pod(containers=["a"])
+    sm = StatusManager(None)
+    given = {**generate_api_status(p, runtime_status(running("a"))), "reason": reason}
+    expected = copy.deepcopy(given)
+    sm.set_pod_status(p, given)
+    given["conditions"][0]["status"] = "changed"  # the caller's object is the caller's
+    read = sm.get_pod_status("uid-p")
+    assert read == expected and type(read["reason"]) is type(reason)  # type: ignore[index]
+    read["conditions"].append({})  # type: ignore[index]
+    assert sm.peek_pod_status("uid-p") == expected
+
+
 async def test_status_manager_skips_recreated_pod_and_deletes_terminated() -> None:
     p = pod(containers=["a"])
     api = api_with(p)
