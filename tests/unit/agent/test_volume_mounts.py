@@ -10,7 +10,7 @@ import pytest
 
 from pykubelet.agent.kuberuntime.criconfig import ConfigError
 from pykubelet.agent.volumemanager.atomic_writer import FileProjection, write
-from pykubelet.agent.volumemanager.mounts import container_mounts
+from pykubelet.agent.volumemanager.mounts import container_mounts, needs_filesystem
 from pykubelet.agent.volumemanager.types import MountedVolume, PluginName
 from pykubelet.cri import pb
 from tests.builders import container
@@ -98,3 +98,20 @@ def test_a_mount_of_a_volume_that_is_not_set_up_is_refused(volumes: dict[str, Mo
 def test_an_unknown_propagation_mode_is_refused(volumes: dict[str, MountedVolume]) -> None:
     with pytest.raises(ConfigError, match='invalid MountPropagation mode: "Sideways"'):
         mounts(volumes, {"name": "data", "mountPath": "/d", "mountPropagation": "Sideways"})
+
+
+@pytest.mark.parametrize(("mounts", "blocking"), [
+    ([{"name": "data", "mountPath": "/d"}, {"name": "cfg", "mountPath": "/c", "readOnly": True}], False),
+    ([], False),
+    ([{"name": "data", "mountPath": "/d", "subPath": "x"}], True),
+    ([{"name": "data", "mountPath": "/d"}, {"name": "data", "mountPath": "/e", "subPathExpr": "$(A)"}], True),
+    ("not a list", True),
+    (["not an object"], True),
+])
+def test_only_a_subpath_makes_a_containers_mounts_touch_the_filesystem(
+        mounts: Any, blocking: bool, volumes: dict[str, MountedVolume]) -> None:
+    c = {**container("c"), "volumeMounts": mounts}
+    assert needs_filesystem(c) is blocking
+    if not blocking and mounts:
+        got = container_mounts("containers", 0, c, volumes, {})
+        assert [m.host_path for m in got] == [volumes["data"].host_path, volumes["cfg"].host_path]

@@ -69,7 +69,7 @@ from pykubelet.agent.interfaces import EventRecorder, HousekeepingContext, PodNo
 from pykubelet.agent.types import JSONObj, Pod
 from pykubelet.agent.volumemanager import stats as volume_stats
 from pykubelet.agent.volumemanager.mounter import Mounter, SystemMounter, mounts_under
-from pykubelet.agent.volumemanager.mounts import container_mounts
+from pykubelet.agent.volumemanager.mounts import container_mounts, needs_filesystem
 from pykubelet.agent.volumemanager.objects import (
     ChangeDetectionStrategy,
     ObjectApi,
@@ -337,6 +337,8 @@ class VolumeManager:
                 if isinstance(c, dict) and c.get("name") == container.get("name"):
                     kind, index = k, i
         volumes = self.mounted_volumes(_uid(pod))
+        if not needs_filesystem(container):  # paths only: no thread hop (one per started container)
+            return container_mounts(kind, index, container, volumes, env)
         return await asyncio.to_thread(container_mounts, kind, index, container, volumes, env)
 
     # ------------------------------------------------------------------ refresh

@@ -23,7 +23,8 @@ swapped in between the check and the runtime's mount) with an extra bind mount m
 ``/proc/self/fd``; pykubelet does not, which matters only for a hostile container sharing the volume.
 
 Errors are ``criconfig.ConfigError`` so the container waits with CreateContainerConfigError.
-Blocking (realpath, mkdir): called through ``asyncio.to_thread``.
+Blocking (realpath, mkdir) for a subPath: then called through ``asyncio.to_thread``
+(:func:`needs_filesystem`); without one it computes paths only and runs on the event loop.
 """
 
 from __future__ import annotations
@@ -120,6 +121,15 @@ def resolve_sub_path(mv: MountedVolume, mount: JSONObj, container_name: str, env
 def _privileged(container: JSONObj) -> bool:
     sc = container.get("securityContext")
     return isinstance(sc, dict) and sc.get("privileged") is True
+
+
+def needs_filesystem(container: JSONObj) -> bool:
+    """Whether :func:`container_mounts` may touch the filesystem for this container (a ``subPath``
+    or ``subPathExpr`` is resolved, maybe created, on disk); without one it only computes paths, so
+    the caller need not hand it to a thread."""
+    mounts = container.get("volumeMounts") or []
+    return not isinstance(mounts, list) or any(
+        not isinstance(vm, dict) or vm.get("subPath") or vm.get("subPathExpr") for vm in mounts)
 
 
 def container_mounts(pod_kind: str, index: int, container: JSONObj, volumes: dict[str, MountedVolume],
