@@ -10,6 +10,12 @@ bounded in-memory queue and a background task writes it. Like upstream's ``Event
 - a failed write is retried a few times, then dropped with a log line.
 
 With ``api=None`` (unit tests) events are only kept in ``recorder.recorded`` (bounded) and logged.
+
+Logging: each event is logged at debug level (``-v 4``), as upstream's kubelet logs its events
+through ``StartStructuredLogging(3)``, below the default verbosity: the Event itself is in the API,
+and a 1,000-pod start records ~4,000 of them. Like upstream's broadcaster (1,000 queued, then
+``DropIfChannelFull``) a full queue drops the event; the drops are reported in one warning per
+``DROP_REPORT_INTERVAL`` with their count (upstream logs each one), not 3,000 lines in a burst.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ log = logging.getLogger(__name__)
 AGGREGATE_WINDOW = 600.0
 SPAM_BURST = 25
 SPAM_QPS = 1.0 / 300.0
+DROP_REPORT_INTERVAL = 10.0  # seconds: at most one "event queue full" warning per interval
 
 
 @dataclass
@@ -52,6 +59,9 @@ class EventRecorder:
         self._seen: dict[tuple[str, ...], _Seen] = {}
         self._buckets: dict[str, tuple[float, float]] = {}
         self._task: asyncio.Task[None] | None = None
+        self.dropped = 0  # events dropped because the queue was full (observability / tests)
+        self._unreported = 0  # of those, not yet in a warning
+        self._reported_at = float("-inf")
 
     # -- public API --------------------------------------------------------------------------
     def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
@@ -66,7 +76,7 @@ class EventRecorder:
         if md.get("resourceVersion"):
             ref["resourceVersion"] = md["resourceVersion"]
         self.recorded.append((ref, type_, reason, message))
-        log.info("event %s %s/%s %s: %s", type_, ref["namespace"], ref["name"], reason, message)
+        log.debug("event %s %s/%s %s: %s", type_, ref["namespace"], ref["name"], reason, message)
         if self.api is None:
             return
         if not self._allow(ref["uid"] or ref["name"]):
@@ -75,7 +85,7 @@ class EventRecorder:
             self._queue.put_nowait({"ref": ref, "type": type_, "reason": reason, "message": message,
                                     "ts": time.time()})
         except asyncio.QueueFull:
-            log.warning("event queue full, dropping %s %s", reason, message)
+            self._dropped(reason, message)
             return
         self._ensure_task()
 
@@ -95,6 +105,16 @@ class EventRecorder:
         self._task = None
 
     # -- internals ---------------------------------------------------------------------------
+    def _dropped(self, reason: str, message: str) -> None:
+        self.dropped += 1
+        self._unreported += 1
+        now = time.monotonic()
+        if now - self._reported_at >= DROP_REPORT_INTERVAL:
+            log.warning("event queue full (%d queued): dropped %d event(s) since the last report, "
+                        "the last %s %s", self._queue.qsize(), self._unreported, reason, message)
+            self._unreported = 0
+            self._reported_at = now
+
     def _allow(self, key: str) -> bool:
         now = time.monotonic()
         tokens, last = self._buckets.get(key, (float(SPAM_BURST), now))

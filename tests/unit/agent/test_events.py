@@ -3,6 +3,10 @@ a repeated event is one Event whose count grows (a PATCH), not a stream of new E
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from pykubelet.agent.events import EventRecorder
 from tests.builders import pod
 from tests.fakes import FakeApi
@@ -39,3 +43,18 @@ async def test_repeated_event_is_one_event_with_growing_count() -> None:
     counts = [b["count"] for _p, b in api.patched]
     assert counts == [2, 3, 4, 5]
     assert all(p.endswith("/events/" + api.created[0]["metadata"]["name"]) for p, _b in api.patched)
+
+
+async def test_a_full_event_queue_drops_events_with_one_warning_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    rec = EventRecorder(FakeApi(), host="node1")
+    rec._ensure_task = lambda: None  # type: ignore[method-assign]  # nothing writes: the queue fills
+    p = pod("web", namespace="ns1", uid="uid-1")
+    with caplog.at_level(logging.DEBUG, logger="pykubelet.agent.events"):
+        for i in range(1010):
+            rec._buckets.clear()  # past the spam filter: only the queue's bound drops
+            rec.event(p, "Normal", "Started", f"Started container c{i}")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert rec.dropped == 10 and rec._queue.qsize() == 1000
+    assert warnings == ["event queue full (1000 queued): dropped 1 event(s) since the last report, "
+                        "the last Started Started container c1000"]
+    assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 1010  # each event, at debug level
