@@ -1,10 +1,11 @@
-"""Async CRI v1 client (RuntimeService + ImageService): unary calls over ``unary_h2``, streams over grpc.aio.
+"""Async CRI v1 client (RuntimeService + ImageService) over ``unary_h2``, without grpcio by default.
 
 Design, following upstream's ``k8s.io/cri-client`` remote runtime/image services and the kubelet's
 ``instrumentedRuntimeService``:
 
-* Unary calls (all but GetContainerEvents) go over :mod:`pykubelet.cri.unary_h2`, one HTTP/2
-  connection to the unix socket driven from the event loop's thread, shared by both services. Why
+* Calls go over :mod:`pykubelet.cri.unary_h2`, one HTTP/2 connection to the unix socket driven
+  from the event loop's thread, shared by both services (the server-streaming GetContainerEvents
+  too, as a stream on the same connection). Why
   not grpc.aio: measured side by side (``bench/bench_grpc_call.py``, 200 ExecSync calls/s against
   fakecri, 2026-12-01, load average 6-25), a grpc.aio call costs the agent 230-260 µs of CPU (C-core
   call stack, completion queue, poller-thread hand-off, EventEngine threads), this client ~150 µs
@@ -13,11 +14,12 @@ Design, following upstream's ``k8s.io/cri-client`` remote runtime/image services
   the sync call in a thread pool 0.55x, channel options and GRPC_POLL_STRATEGY/EventEngine
   switches within ±10 %). At 200 exec probes/s, or ~12 calls per pod start, that is the agent's
   largest single cost. ``transport="grpcio"`` (or ``PYKUBELET_CRI_TRANSPORT=grpcio``) sends
-  every call over grpc.aio as before.
-* The grpc.aio channel (GetContainerEvents; every call with ``transport="grpcio"``) is opened on
-  first use. Reconnect backoff is kept short so a runtime restart (or a runtime that starts after
-  the agent) is noticed quickly instead of after gRPC's 2-minute cap; ``unary_h2`` redials on the
-  next call after its connection closes. Message size limits are raised to 16 MiB like upstream
+  every call over grpc.aio as before; grpcio is imported only then (its import alone is ~8.5 MB of
+  the agent's RSS; ``messages.py`` loads the CRI messages without it, ``status.py`` has its codes).
+* The grpc.aio channel (every call with ``transport="grpcio"``) is opened on first use.
+  Reconnect backoff is kept short so a runtime restart (or a runtime that starts after the agent)
+  is noticed quickly instead of after gRPC's 2-minute cap; ``unary_h2`` redials on the next call
+  after its connection closes. Message size limits are raised to 16 MiB like upstream
   (``maxMsgSize``) on both because ListContainers/ListPodSandbox responses on a busy node exceed
   gRPC's 4 MiB default.
 * Every unary call gets the client's default deadline (upstream ``--runtime-request-timeout``,
@@ -29,7 +31,8 @@ Design, following upstream's ``k8s.io/cri-client`` remote runtime/image services
   (``run_podsandbox``, ``list_containers``, ``pull_image``...), so the agent can feed
   kubelet_runtime_operations_total / _errors_total / _duration_seconds without this module
   depending on prometheus.
-* gRPC failures (``grpc.RpcError`` from either transport) become ``CRIError(code, details)``;
+* gRPC failures (``RpcError``, or grpcio's with that transport) become ``CRIError(code, details)``
+  with a :class:`~pykubelet.cri.status.StatusCode` (grpcio's names and values);
   a cancelled awaiting task cancels the call on the runtime; ``CRIError.not_found`` lets callers treat a
   vanished container/sandbox as "already gone" the way upstream kubelet does.
 * Like upstream, a few response sanity checks turn malformed answers (empty sandbox/container
@@ -43,14 +46,15 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-import grpc
-import grpc.aio
-from cri_api.v1 import api_pb2 as pb
-from cri_api.v1 import api_pb2_grpc as pb_grpc
-
+from pykubelet.cri.messages import pb
+from pykubelet.cri.status import RpcError, StatusCode, is_rpc_error
 from pykubelet.cri.unary_h2 import UnaryChannel
+
+if TYPE_CHECKING:  # imported when the grpcio transport is chosen (see the module docstring)
+    import grpc.aio
+    from cri_api.v1 import api_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
@@ -63,52 +67,48 @@ T = TypeVar("T")
 
 
 class CRIError(Exception):
-    """A failed CRI call: the gRPC status code and the runtime's message."""
+    """A failed CRI call: the gRPC status code and the runtime's message.
 
-    def __init__(self, code: grpc.StatusCode, details: str, op: str = "") -> None:
-        self.code = code
+    ``code`` is always a :class:`pykubelet.cri.StatusCode` (grpcio's names and values); a
+    ``grpc.StatusCode`` given here is turned into the member of the same name."""
+
+    def __init__(self, code: StatusCode | object, details: str, op: str = "") -> None:
+        self.code = StatusCode.of(code)
         self.details = details
         self.op = op
         prefix = f"{op}: " if op else ""
-        super().__init__(f"{prefix}rpc error: code = {_code_name(code)} desc = {details}")
+        super().__init__(f"{prefix}rpc error: code = {self.code.go_name} desc = {details}")
 
     @property
     def not_found(self) -> bool:
-        return self.code == grpc.StatusCode.NOT_FOUND
+        return self.code is StatusCode.NOT_FOUND
 
     @property
     def unimplemented(self) -> bool:
-        return self.code == grpc.StatusCode.UNIMPLEMENTED
+        return self.code is StatusCode.UNIMPLEMENTED
 
     @property
     def unavailable(self) -> bool:
-        return self.code == grpc.StatusCode.UNAVAILABLE
+        return self.code is StatusCode.UNAVAILABLE
 
     @property
     def deadline_exceeded(self) -> bool:
-        return self.code == grpc.StatusCode.DEADLINE_EXCEEDED
-
-
-def _code_name(code: grpc.StatusCode) -> str:
-    # Go's codes.Code String() spelling ("NotFound"), which is what upstream messages show.
-    return "".join(part.capitalize() for part in code.name.split("_"))
+        return self.code is StatusCode.DEADLINE_EXCEEDED
 
 
 def is_not_found(err: BaseException | None) -> bool:
     return isinstance(err, CRIError) and err.not_found
 
 
-def from_rpc_error(err: grpc.RpcError, op: str = "") -> CRIError:
-    """Map a grpc(.aio) RpcError into a CRIError."""
-    code = grpc.StatusCode.UNKNOWN
+def from_rpc_error(err: BaseException, op: str = "") -> CRIError:
+    """Map a failed call's error (:class:`RpcError`, or grpc(.aio)'s ``RpcError``) into a CRIError."""
+    code = StatusCode.UNKNOWN
     details = str(err)
     code_fn = getattr(err, "code", None)
     details_fn = getattr(err, "details", None)
     if callable(code_fn):
         try:
-            c = code_fn()
-            if isinstance(c, grpc.StatusCode):
-                code = c
+            code = StatusCode.of(code_fn())
         except Exception:  # pragma: no cover - defensive
             pass
     if callable(details_fn):
@@ -158,27 +158,29 @@ def image_spec(image: pb.ImageSpec | str) -> pb.ImageSpec:
 
 
 class _Stub:
-    """Stands in for a generated grpc.aio stub: unary methods go over ``UnaryChannel`` (see the module
-    docstring), streaming ones (GetContainerEvents) to the grpc.aio stub made by ``streams``."""
+    """Stands in for a generated grpc.aio stub, over ``UnaryChannel`` (see the module docstring):
+    unary methods are awaitable callables, server-streaming ones (GetContainerEvents) return a
+    ``StreamCall`` to iterate, as grpc.aio's do."""
 
-    def __init__(self, service: str, channel: UnaryChannel, streams: Callable[[], Any]) -> None:
+    def __init__(self, service: str, channel: UnaryChannel) -> None:
         self._desc = pb.DESCRIPTOR.services_by_name[service]
         self._channel = channel
-        self._streams = streams
 
     def __getattr__(self, name: str) -> Any:
         m = self._desc.methods_by_name.get(name)
-        if m is None:
+        if m is None or m.client_streaming:  # the CRI has no client-streaming method
             raise AttributeError(name)
-        if m.client_streaming or m.server_streaming:
-            return getattr(self._streams(), name)
-        attr = self._channel.method(f"/{self._desc.full_name}/{name}", getattr(pb, m.output_type.name).FromString)
+        path, parse = f"/{self._desc.full_name}/{name}", getattr(pb, m.output_type.name).FromString
+        attr = self._channel.stream_method(path, parse) if m.server_streaming else self._channel.method(path, parse)
         setattr(self, name, attr)  # resolved once per method
         return attr
 
 
 class CRIClient:
-    """Async client for one CRI runtime endpoint (both RuntimeService and ImageService)."""
+    """Async client for one CRI runtime endpoint (both RuntimeService and ImageService).
+
+    ``image_endpoint``, when it names another socket, carries the ImageService (upstream's
+    ``--image-service-endpoint``) on a connection of its own."""
 
     def __init__(
         self,
@@ -188,55 +190,68 @@ class CRIClient:
         observer: Observer | None = None,
         max_message_size: int = MAX_MESSAGE_SIZE,
         transport: str = "",
+        image_endpoint: str = "",
     ) -> None:
         self.endpoint = endpoint
         self.target = parse_endpoint(endpoint)
+        self.image_endpoint = image_endpoint or endpoint
+        self.image_target = parse_endpoint(self.image_endpoint)
         self.timeout = timeout
         self.observer = observer
         self._max_message_size = max_message_size
         self.transport = transport or os.environ.get("PYKUBELET_CRI_TRANSPORT", "") or "h2"
         if self.transport not in ("h2", "grpcio"):
             raise ValueError(f"unknown CRI transport {self.transport!r} (h2 or grpcio)")
-        self._channel: grpc.aio.Channel | None = None
+        self._channel: grpc.aio.Channel | None = None  # grpcio transport only
+        self._image_channel: grpc.aio.Channel | None = None  # grpcio transport, image endpoint of its own
         self._h2: UnaryChannel | None = None
+        self._h2_images: UnaryChannel | None = None  # image endpoint of its own
         self._rt: pb_grpc.RuntimeServiceStub | None = None
         self._img: pb_grpc.ImageServiceStub | None = None
         self.runtime_version: pb.VersionResponse | None = None
 
     # ---------------------------------------------------------------- connection
 
+    @property
+    def split_images(self) -> bool:
+        """Whether the ImageService is on a socket of its own."""
+        return self.image_target != self.target
+
     def _ensure_channel(self) -> None:
         if self._rt is not None:
             return
         if self.transport == "grpcio":
-            channel = self._aio_channel()
-            self._rt = pb_grpc.RuntimeServiceStub(channel)
-            self._img = pb_grpc.ImageServiceStub(channel)
+            from cri_api.v1 import api_pb2_grpc  # grpcio: imported only for this transport
+
+            self._channel = self._aio_channel(self.target)
+            self._rt = api_pb2_grpc.RuntimeServiceStub(self._channel)
+            if self.split_images:
+                self._image_channel = self._aio_channel(self.image_target)
+            self._img = api_pb2_grpc.ImageServiceStub(self._image_channel or self._channel)
             return
-        self._h2 = UnaryChannel(socket_path(self.endpoint), max_receive=self._max_message_size,
-                                max_send=self._max_message_size)
-        self._rt = cast(pb_grpc.RuntimeServiceStub, _Stub("RuntimeService", self._h2, self._aio_runtime_stub))
-        self._img = cast(pb_grpc.ImageServiceStub, _Stub("ImageService", self._h2, self._aio_image_stub))
+        self._h2 = self._unary_channel(self.endpoint)
+        self._rt = cast("pb_grpc.RuntimeServiceStub", _Stub("RuntimeService", self._h2))
+        if self.split_images:
+            self._h2_images = self._unary_channel(self.image_endpoint)
+        self._img = cast("pb_grpc.ImageServiceStub", _Stub("ImageService", self._h2_images or self._h2))
 
-    def _aio_channel(self) -> grpc.aio.Channel:
-        """The grpc.aio channel: every call with transport "grpcio", else only the event stream."""
-        if self._channel is None:
-            options: list[tuple[str, Any]] = [
-                ("grpc.max_receive_message_length", self._max_message_size),
-                ("grpc.max_send_message_length", self._max_message_size),
-                ("grpc.enable_http_proxy", 0),
-                ("grpc.initial_reconnect_backoff_ms", 100),
-                ("grpc.min_reconnect_backoff_ms", 100),
-                ("grpc.max_reconnect_backoff_ms", 2000),
-            ]
-            self._channel = grpc.aio.insecure_channel(self.target, options=options)
-        return self._channel
+    def _unary_channel(self, endpoint: str) -> UnaryChannel:
+        return UnaryChannel(socket_path(endpoint), max_receive=self._max_message_size,
+                            max_send=self._max_message_size)
 
-    def _aio_runtime_stub(self) -> pb_grpc.RuntimeServiceStub:
-        return pb_grpc.RuntimeServiceStub(self._aio_channel())
+    def _aio_channel(self, target: str) -> grpc.aio.Channel:
+        """A grpc.aio channel (transport "grpcio"). Reconnect backoff is kept short (see above)."""
+        import grpc.aio  # grpcio: imported only for this transport
 
-    def _aio_image_stub(self) -> pb_grpc.ImageServiceStub:
-        return pb_grpc.ImageServiceStub(self._aio_channel())
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", self._max_message_size),
+            ("grpc.max_send_message_length", self._max_message_size),
+            ("grpc.enable_http_proxy", 0),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 2000),
+        ]
+        return grpc.aio.insecure_channel(target, options=options)
 
     @property
     def rt(self) -> pb_grpc.RuntimeServiceStub:
@@ -272,11 +287,7 @@ class CRIClient:
                     observe_errors=last,
                 )
             except CRIError as e:
-                if last or e.code not in (
-                    grpc.StatusCode.UNAVAILABLE,
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    grpc.StatusCode.UNKNOWN,
-                ):
+                if last or e.code not in (StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED, StatusCode.UNKNOWN):
                     raise
                 await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
                 continue
@@ -285,12 +296,14 @@ class CRIClient:
 
     async def close(self) -> None:
         self._rt = self._img = None
-        if self._h2 is not None:
-            h2, self._h2 = self._h2, None
-            await h2.close()
-        if self._channel is not None:
-            ch, self._channel = self._channel, None
-            await ch.close()
+        for h2 in (self._h2, self._h2_images):
+            if h2 is not None:
+                await h2.close()
+        self._h2 = self._h2_images = None
+        for ch in (self._channel, self._image_channel):
+            if ch is not None:
+                await ch.close()
+        self._channel = self._image_channel = None
 
     async def __aenter__(self) -> CRIClient:
         self._ensure_channel()
@@ -322,14 +335,19 @@ class CRIClient:
         started = time.monotonic()
         try:
             resp = await method(request, timeout=t)
-        except grpc.RpcError as e:
+        except RpcError as e:
             err = from_rpc_error(e, op)
             if observe_errors:
                 self._observe(op, started, err)
             raise err from None
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # e.g. channel closed under us
+        except Exception as e:  # grpcio's RpcError (grpcio transport, in-process fake), or e.g. a closed channel
+            if is_rpc_error(e):
+                err = from_rpc_error(e, op)
+                if observe_errors:
+                    self._observe(op, started, err)
+                raise err from None
             if observe_errors:
                 self._observe(op, started, e)
             raise
@@ -338,7 +356,7 @@ class CRIClient:
 
     def _check(self, op: str, ok: bool, what: str) -> None:
         if not ok:
-            err = CRIError(grpc.StatusCode.UNKNOWN, what, op)
+            err = CRIError(StatusCode.UNKNOWN, what, op)
             raise err
 
     # ---------------------------------------------------------------- RuntimeService
@@ -529,12 +547,12 @@ class CRIClient:
         try:
             async for ev in call:
                 yield ev
-        except grpc.RpcError as e:
+        except Exception as e:
+            if not is_rpc_error(e):
+                err = e
+                raise
             err = from_rpc_error(e, op)
             raise err from None
-        except Exception as e:
-            err = e
-            raise
         finally:
             call.cancel()
             self._observe(op, started, err)

@@ -1,4 +1,4 @@
-"""Unary gRPC calls over HTTP/2 on a unix socket, made on the event loop's own thread.
+"""gRPC calls (unary and server-streaming) over HTTP/2 on a unix socket, made on the event loop's thread.
 
 Why not grpcio for these: every grpc.aio unary call costs the agent's process 250-300 µs of CPU on
 this 2-core machine (``bench/bench_grpc_call.py``; docs/benchmarks-scale.md "Probes"): grpcio's
@@ -6,8 +6,9 @@ C-core call stack, its completion queue, the poller thread that hands each compl
 through a socket, and EventEngine threads doing the I/O. Every other way of using grpcio from
 asyncio measured dearer (sync channel futures, executors). Speaking HTTP/2 from ``data_received``
 on the loop thread costs about half, and the agent makes ~12 CRI calls per pod start and one per
-exec probe. The CRI's unary calls need only a small part of gRPC: no streaming, no compression, no
-TLS, one local peer. ``GetContainerEvents`` (a stream) stays on grpc.aio.
+exec probe. The CRI needs only a small part of gRPC: unary calls and one server stream
+(``GetContainerEvents``), no client streaming, no compression, no TLS, one local peer. Carrying the
+stream here too means the agent never imports grpcio (~8.5 MB of RSS) unless asked to.
 
 What is kept from gRPC's semantics (RFC 9113 for HTTP/2; gRPC's PROTOCOL-HTTP2.md for the rest):
 
@@ -15,7 +16,8 @@ What is kept from gRPC's semantics (RFC 9113 for HTTP/2; gRPC's PROTOCOL-HTTP2.m
   runtime that never answers gets DEADLINE_EXCEEDED "Deadline Exceeded", and the stream is reset);
 * a cancelled awaiting task resets the stream (RST_STREAM CANCEL), so the runtime sees the
   cancellation as with grpcio;
-* errors are ``grpc.aio.AioRpcError`` with the server's ``grpc-status``/``grpc-message``
+* errors are :class:`pykubelet.cri.status.RpcError` (``code()``/``details()`` as grpc.aio's
+  ``AioRpcError``) with the server's ``grpc-status``/``grpc-message``
   (percent-decoded); HTTP statuses, stream resets and lost connections map to codes as gRPC
   specifies (503 → UNAVAILABLE, RST_STREAM REFUSED_STREAM → UNAVAILABLE, CANCEL → CANCELLED, a
   connection that fails or closes → UNAVAILABLE);
@@ -26,7 +28,10 @@ What is kept from gRPC's semantics (RFC 9113 for HTTP/2; gRPC's PROTOCOL-HTTP2.m
   (failing fast with UNAVAILABLE meanwhile, like grpc's default ``wait_for_ready=False``);
 * flow control both ways (the peer's windows are honoured; ours are opened wide because a unary
   response is bounded by the 16 MiB receive limit), SETTINGS (max concurrent streams, initial
-  window, max frame size) and PING are honoured; message size limits give RESOURCE_EXHAUSTED.
+  window, max frame size) and PING are honoured; message size limits give RESOURCE_EXHAUSTED;
+* a server stream (:class:`StreamCall`) behaves as grpc.aio's ``UnaryStreamCall``: ``async for``
+  yields each message as it arrives, ends at the OK status and raises the call's error otherwise,
+  ``cancel()`` resets the stream and a read after it raises ``asyncio.CancelledError``.
 
 Header blocks from the peer are decoded with ``hpack`` (python-hyper's HPACK, which keeps the
 dynamic table); requests use literal fields without indexing, so our encoder keeps no state.
@@ -37,13 +42,14 @@ from __future__ import annotations
 import asyncio
 import math
 import struct
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, cast
 from urllib.parse import unquote
 
-import grpc
-import grpc.aio
 import hpack
+
+from pykubelet.cri.status import RpcError, StatusCode
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _DATA, _HEADERS, _RST_STREAM, _SETTINGS, _PUSH_PROMISE, _PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = (
@@ -61,23 +67,22 @@ _RST_CANCEL = 8
 _RST_REFUSED = 7
 
 # RST_STREAM error code -> gRPC status (PROTOCOL-HTTP2.md "Errors")
-_RST_CODES = {7: grpc.StatusCode.UNAVAILABLE, 8: grpc.StatusCode.CANCELLED, 11: grpc.StatusCode.RESOURCE_EXHAUSTED,
-              12: grpc.StatusCode.PERMISSION_DENIED}
+_RST_CODES = {7: StatusCode.UNAVAILABLE, 8: StatusCode.CANCELLED, 11: StatusCode.RESOURCE_EXHAUSTED,
+              12: StatusCode.PERMISSION_DENIED}
 # HTTP status -> gRPC status when there is no grpc-status (http-grpc-status-mapping.md)
-_HTTP_CODES = {400: grpc.StatusCode.INTERNAL, 401: grpc.StatusCode.UNAUTHENTICATED,
-               403: grpc.StatusCode.PERMISSION_DENIED, 404: grpc.StatusCode.UNIMPLEMENTED,
-               429: grpc.StatusCode.UNAVAILABLE, 502: grpc.StatusCode.UNAVAILABLE,
-               503: grpc.StatusCode.UNAVAILABLE, 504: grpc.StatusCode.UNAVAILABLE}
-_STATUS_BY_NUMBER = {s.value[0]: s for s in grpc.StatusCode}
+_HTTP_CODES = {400: StatusCode.INTERNAL, 401: StatusCode.UNAUTHENTICATED,
+               403: StatusCode.PERMISSION_DENIED, 404: StatusCode.UNIMPLEMENTED,
+               429: StatusCode.UNAVAILABLE, 502: StatusCode.UNAVAILABLE,
+               503: StatusCode.UNAVAILABLE, 504: StatusCode.UNAVAILABLE}
 
 
 class Message(Protocol):
     def SerializeToString(self) -> bytes: ...
 
 
-def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
-    """The error grpc.aio raises, so callers map both paths the same way."""
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+def rpc_error(code: StatusCode, details: str) -> RpcError:
+    """The error a failed call raises (``code()``/``details()`` as grpc.aio's AioRpcError)."""
+    return RpcError(code, details)
 
 
 class _Retry(Exception):
@@ -162,16 +167,38 @@ def grpc_timeout(seconds: float) -> str:
     return f"{s}S" if s < 10**8 else f"{min(10**8 - 1, math.ceil(s / 3600))}H"
 
 
-class _Stream:
-    __slots__ = ("data", "fut", "headers", "http_status", "id", "send_window", "timer", "window_waiter")
+class _Sink:
+    """The messages a server-streaming call has received and its reader has not taken yet."""
 
-    def __init__(self, sid: int, fut: asyncio.Future[bytes], send_window: int) -> None:
+    __slots__ = ("buf", "messages", "received", "unacked", "waiter")
+
+    def __init__(self) -> None:
+        self.buf = bytearray()  # a message not yet whole
+        self.messages: deque[bytes] = deque()
+        self.received = 0  # messages received in all
+        self.unacked = 0  # DATA bytes since our last WINDOW_UPDATE for the stream
+        self.waiter: asyncio.Future[None] | None = None  # the reader, waiting for a message or the end
+
+    def wake(self) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+
+class _Stream:
+    """One call. ``fut`` settles with the unary response's message, or for a server-streaming call
+    (``sink`` set) with ``b""`` at its clean end; either way with the call's error if it fails."""
+
+    __slots__ = ("data", "fut", "headers", "http_status", "id", "send_window", "sink", "timer", "window_waiter")
+
+    def __init__(self, sid: int, fut: asyncio.Future[bytes], send_window: int, sink: _Sink | None = None) -> None:
         self.id = sid
         self.fut = fut
         self.data: bytes | bytearray = b""  # the first DATA payload as is; a bytearray once there are more
         self.headers: list[tuple[str, str]] = []
         self.http_status = ""
         self.send_window = send_window
+        self.sink = sink
         self.timer: asyncio.TimerHandle | None = None
         self.window_waiter: asyncio.Future[None] | None = None
 
@@ -217,11 +244,11 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._fail_all(rpc_error(grpc.StatusCode.UNAVAILABLE, f"Socket closed{f': {exc}' if exc else ''}"))
+        self._fail_all(rpc_error(StatusCode.UNAVAILABLE, f"Socket closed{f': {exc}' if exc else ''}"))
 
     def close(self, details: str) -> None:
         self.closed = True
-        self._fail_all(rpc_error(grpc.StatusCode.CANCELLED, details))
+        self._fail_all(rpc_error(StatusCode.CANCELLED, details))
         self._close_transport()
 
     def _send(self, data: bytes) -> None:
@@ -284,6 +311,40 @@ class _Connection(asyncio.Protocol):
             if st.timer is not None:
                 st.timer.cancel()
 
+    async def open_stream(self, header_block: bytes, message: bytes, seconds: float | None) -> _Stream:
+        """Start a server-streaming call: its stream, with the request sent (or being sent).
+
+        The caller reads ``st.sink`` and ``st.fut`` (:class:`StreamCall`) and must ``cancel`` the
+        stream if it stops reading before the end."""
+        loop = self._loop or asyncio.get_running_loop()
+        while len(self.streams) >= self.max_concurrent and self.usable:
+            w = loop.create_future()
+            self._slot_waiters.append(w)
+            await w
+        if not self.usable:
+            raise _Retry
+        sid = self._next_id
+        self._next_id += 2
+        st = _Stream(sid, loop.create_future(), self._initial_window, _Sink())
+        self.streams[sid] = st
+        if seconds is not None:
+            st.timer = loop.call_at(loop.time() + seconds, self._expire, st)
+        self._send(_frame(_HEADERS, _END_HEADERS, sid, header_block))
+        try:
+            await self._send_data(st, message)
+        except asyncio.CancelledError:
+            self.cancel(st)
+            raise
+        return st
+
+    def cancel(self, st: _Stream) -> bool:
+        """Reset a call that is still open (RST_STREAM CANCEL) and fail it with CANCELLED."""
+        if self.streams.pop(st.id, None) is None:
+            return False
+        self._reset(st, _RST_CANCEL)
+        self._settle(st, rpc_error(StatusCode.CANCELLED, "Locally cancelled by application!"))
+        return True
+
     async def _send_data(self, st: _Stream, message: bytes) -> None:
         """DATA frames within the peer's windows and frame size (requests bigger than one frame)."""
         loop = asyncio.get_running_loop()
@@ -311,7 +372,7 @@ class _Connection(asyncio.Protocol):
         st.timer = None
         if self.streams.pop(st.id, None) is not None:
             self._reset(st, _RST_CANCEL)
-            self._settle(st, rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+            self._settle(st, rpc_error(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
 
     def _reset(self, st: _Stream, code: int) -> None:
         if not self.closed:
@@ -345,6 +406,8 @@ class _Connection(asyncio.Protocol):
             st.fut.set_exception(result)
         else:
             st.fut.set_result(result)
+        if st.sink is not None:
+            st.sink.wake()
 
     # ---------------------------------------------------------------- frames in
 
@@ -368,7 +431,7 @@ class _Connection(asyncio.Protocol):
                                      payload if type(payload) is bytes else bytes(payload))
         except Exception as e:  # a malformed frame or header block: the connection is unusable
             self.closed = True
-            self._fail_all(rpc_error(grpc.StatusCode.INTERNAL, f"HTTP/2 protocol error: {e!r}"))
+            self._fail_all(rpc_error(StatusCode.INTERNAL, f"HTTP/2 protocol error: {e!r}"))
             self._close_transport()
             return
         if buf is self._buf:
@@ -404,7 +467,7 @@ class _Connection(asyncio.Protocol):
             if st is not None:
                 self._stream_gone()
                 err: BaseException = (_Retry() if code == _RST_REFUSED else rpc_error(
-                    _RST_CODES.get(code, grpc.StatusCode.INTERNAL), f"Received RST_STREAM with error code {code}"))
+                    _RST_CODES.get(code, StatusCode.INTERNAL), f"Received RST_STREAM with error code {code}"))
                 self._settle(st, err)
         elif ftype == _GOAWAY:
             self._on_goaway(payload)
@@ -422,6 +485,9 @@ class _Connection(asyncio.Protocol):
         st = self.streams.get(sid)
         if st is None:
             return
+        if st.sink is not None:
+            self._on_stream_data(st, st.sink, flags, payload)
+            return
         if not st.data:
             st.data = payload  # the usual unary response: one DATA frame, kept without a copy
         else:
@@ -431,9 +497,42 @@ class _Connection(asyncio.Protocol):
         if len(st.data) > self._max_receive + 5:
             del self.streams[sid]
             self._reset(st, _RST_CANCEL)
-            self._settle(st, rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED,
+            self._settle(st, rpc_error(StatusCode.RESOURCE_EXHAUSTED,
                                        f"Received message larger than max ({len(st.data) - 5} vs. {self._max_receive})"))
             return
+        if flags & _END_STREAM:
+            self._finish(st)
+
+    def _on_stream_data(self, st: _Stream, sink: _Sink, flags: int, payload: bytes) -> None:
+        """DATA of a server-streaming call: whole length-prefixed messages go to its reader."""
+        sink.unacked += len(payload)
+        if sink.unacked > _MAX_WINDOW // 2:  # the stream's window: a long-lived stream outlasts 2 GiB
+            self._send(_frame(_WINDOW_UPDATE, 0, st.id, _U32.pack(sink.unacked)))
+            sink.unacked = 0
+        buf = sink.buf
+        buf += payload
+        got = False
+        while len(buf) >= 5:
+            compressed, size = _MESSAGE_HEAD.unpack_from(buf, 0)
+            error = None
+            if compressed:
+                error = rpc_error(StatusCode.INTERNAL, "the server sent a compressed message")
+            elif size > self._max_receive:
+                error = rpc_error(StatusCode.RESOURCE_EXHAUSTED,
+                                  f"Received message larger than max ({size} vs. {self._max_receive})")
+            if error is not None:
+                del self.streams[st.id]
+                self._reset(st, _RST_CANCEL)
+                self._settle(st, error)
+                return
+            if len(buf) < 5 + size:
+                break
+            sink.messages.append(bytes(buf[5:5 + size]))
+            del buf[:5 + size]
+            sink.received += 1
+            got = True
+        if got:
+            sink.wake()
         if flags & _END_STREAM:
             self._finish(st)
 
@@ -527,21 +626,25 @@ class _Connection(asyncio.Protocol):
             elif k == "grpc-message":
                 message = unquote(v)
         if status is None:
-            code = grpc.StatusCode.INTERNAL if st.http_status == "200" else _HTTP_CODES.get(
-                int(st.http_status) if st.http_status.isdigit() else 0, grpc.StatusCode.UNKNOWN)
+            code = StatusCode.INTERNAL if st.http_status == "200" else _HTTP_CODES.get(
+                int(st.http_status) if st.http_status.isdigit() else 0, StatusCode.UNKNOWN)
             self._settle(st, rpc_error(code, f"no grpc-status in the response (HTTP status {st.http_status or 'none'})"))
             return
         if status != 0:
-            self._settle(st, rpc_error(_STATUS_BY_NUMBER.get(status, grpc.StatusCode.UNKNOWN), message))
+            self._settle(st, rpc_error(StatusCode.of(status), message))
+            return
+        if st.sink is not None:  # a server stream's clean end; a message cut short is an error
+            self._settle(st, rpc_error(StatusCode.INTERNAL, "the server sent a truncated message")
+                         if st.sink.buf else b"")
             return
         data = st.data
         if len(data) < 5 or data[0] != 0:
             why = "a compressed message" if data and data[0] else "no message"
-            self._settle(st, rpc_error(grpc.StatusCode.INTERNAL, f"the server sent {why} for a unary call"))
+            self._settle(st, rpc_error(StatusCode.INTERNAL, f"the server sent {why} for a unary call"))
             return
         size = _U32.unpack_from(data, 1)[0]
         if len(data) != 5 + size:
-            self._settle(st, rpc_error(grpc.StatusCode.INTERNAL, "the server sent a truncated or second message"))
+            self._settle(st, rpc_error(StatusCode.INTERNAL, "the server sent a truncated or second message"))
             return
         self._settle(st, bytes(data[5:]))  # one copy (bytes() of a bytes slice is the slice itself)
 
@@ -565,12 +668,45 @@ class UnaryChannel:
                   + _literal(31, "application/grpc") + _literal("te", "trailers"))  # content-type
         return UnaryMethod(self, prefix, parse)
 
+    def stream_method(self, path: str, parse: Callable[[bytes], Any]) -> StreamMethod:
+        """A server-streaming method: ``m(request)`` is a :class:`StreamCall`."""
+        return StreamMethod(self.method(path, parse))
+
+    def _block(self, prefix: bytes, seconds: float | None) -> bytes:
+        """The request's header block: the method's fields and the deadline's grpc-timeout."""
+        if seconds is None:
+            return prefix
+        field = self._timeout_fields.get(seconds)
+        if field is None:
+            if len(self._timeout_fields) >= 64:
+                self._timeout_fields.clear()
+            field = self._timeout_fields[seconds] = _literal("grpc-timeout", grpc_timeout(seconds))
+        return prefix + field
+
+    async def open_stream(self, prefix: bytes, request: bytes, seconds: float | None,
+                          deadline: float | None) -> tuple[_Connection, _Stream]:
+        """Start a server-streaming call, sent again (at most twice) on a new connection when the
+        runtime provably did not process it, like a unary call."""
+        if len(request) > self._max_send:
+            raise rpc_error(StatusCode.RESOURCE_EXHAUSTED,
+                            f"Sent message larger than max ({len(request)} vs. {self._max_send})")
+        message = _MESSAGE_HEAD.pack(0, len(request)) + request
+        loop = asyncio.get_running_loop()
+        for _ in range(3):
+            conn = await self._connection()
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            try:
+                return conn, await conn.open_stream(self._block(prefix, seconds if left is None else left), message, left)
+            except _Retry:
+                continue
+        raise rpc_error(StatusCode.UNAVAILABLE, "the runtime refused the stream or went away (GOAWAY)")
+
     async def _connection(self) -> _Connection:
         conn = self._conn
         if conn is not None and conn.usable:
             return conn
         if self._closed:
-            raise rpc_error(grpc.StatusCode.CANCELLED, "Channel closed!")
+            raise rpc_error(StatusCode.CANCELLED, "Channel closed!")
         if self._dialing is None:  # one dial for all the calls that find no connection
             self._dialing = asyncio.ensure_future(self._dial())
         dialing = self._dialing
@@ -586,12 +722,12 @@ class UnaryChannel:
         try:
             _, conn = await loop.create_unix_connection(lambda: _Connection(max_receive), self.path)
         except OSError as e:
-            raise rpc_error(grpc.StatusCode.UNAVAILABLE,
+            raise rpc_error(StatusCode.UNAVAILABLE,
                             f"failed to connect to all addresses; last error: UNAVAILABLE: unix:{self.path}: "
                             f"{e.strerror or e}") from None
         if self._closed:
             conn.close("Channel closed!")
-            raise rpc_error(grpc.StatusCode.CANCELLED, "Channel closed!")
+            raise rpc_error(StatusCode.CANCELLED, "Channel closed!")
         self._conn = conn
         return conn
 
@@ -604,17 +740,9 @@ class UnaryChannel:
         prober passes the same deadline every time), and a live connection is used without
         awaiting ``_connection``."""
         if len(request) > self._max_send:
-            raise rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED,
+            raise rpc_error(StatusCode.RESOURCE_EXHAUSTED,
                             f"Sent message larger than max ({len(request)} vs. {self._max_send})")
-        if seconds is None:
-            block = prefix
-        else:
-            field = self._timeout_fields.get(seconds)
-            if field is None:
-                if len(self._timeout_fields) >= 64:
-                    self._timeout_fields.clear()
-                field = self._timeout_fields[seconds] = _literal("grpc-timeout", grpc_timeout(seconds))
-            block = prefix + field
+        block = prefix if seconds is None else self._block(prefix, seconds)
         message = _MESSAGE_HEAD.pack(0, len(request)) + request
         loop = asyncio.get_running_loop()
         deadline = None if seconds is None else loop.time() + seconds
@@ -634,7 +762,7 @@ class UnaryChannel:
             except _Retry:
                 if attempt == 2:
                     break
-        raise rpc_error(grpc.StatusCode.UNAVAILABLE, "the runtime refused the stream or went away (GOAWAY)")
+        raise rpc_error(StatusCode.UNAVAILABLE, "the runtime refused the stream or went away (GOAWAY)")
 
     async def close(self) -> None:
         self._closed = True
@@ -656,3 +784,114 @@ class UnaryMethod:
     def __call__(self, request: Message, *, timeout: float | None = None) -> Awaitable[Any]:
         # a plain function returning the channel's coroutine: one coroutine fewer per call
         return self._channel.call(self._prefix, request.SerializeToString(), timeout, self._parse)
+
+
+class StreamMethod:
+    """``method(request, timeout=...)`` of a server-streaming method: a :class:`StreamCall`, like a
+    grpc.aio stub's unary-stream callable."""
+
+    __slots__ = ("_unary",)
+
+    def __init__(self, unary: UnaryMethod) -> None:
+        self._unary = unary
+
+    def __call__(self, request: Message, *, timeout: float | None = None) -> StreamCall:
+        u = self._unary
+        return StreamCall(u._channel, u._prefix, request.SerializeToString(), timeout, u._parse)
+
+
+class StreamCall:
+    """A server-streaming call, read with ``async for``; what grpc.aio's ``UnaryStreamCall`` offers.
+
+    As with grpc.aio: the call starts when it is made (here: on the loop's next turn, as a task);
+    iteration yields each response message, stops at the server's OK status and raises the call's
+    error (:class:`RpcError`) otherwise, after the messages received before it. ``cancel()`` resets
+    the stream (the runtime sees the cancellation) and a read after it raises
+    ``asyncio.CancelledError``; a reader whose task is cancelled cancels the call too. A deadline
+    (``timeout``) ends the call with DEADLINE_EXCEEDED; a stream the runtime refused, or that a
+    GOAWAY shows it never processed, is sent again on a new connection. Backpressure: the stream's
+    flow-control window is given back as data arrives, so messages the reader has not taken yet
+    wait in memory (as in grpcio, whose reader also buffers what the window lets in).
+    """
+
+    def __init__(self, channel: UnaryChannel, prefix: bytes, request: bytes, seconds: float | None,
+                 parse: Callable[[bytes], Any]) -> None:
+        self._parse = parse
+        self._cancelled = False
+        self._conn: _Connection | None = None
+        self._st: _Stream | None = None
+        loop = asyncio.get_running_loop()
+        deadline = None if seconds is None else loop.time() + seconds
+        self._args = (prefix, request, seconds, deadline)
+        self._channel = channel
+        self._start = loop.create_task(self._open())
+
+    async def _open(self) -> None:
+        self._conn, self._st = await self._channel.open_stream(*self._args)
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._cancelled:
+            raise asyncio.CancelledError
+        try:
+            if not self._start.done():
+                await asyncio.shield(self._start)
+            self._start.result()  # the call could not be started: its error
+            while True:
+                st = self._st
+                assert st is not None
+                sink = st.sink
+                assert sink is not None
+                if sink.messages:
+                    return self._parse(sink.messages.popleft())
+                if st.fut.done():
+                    err = st.fut.exception()
+                    if err is None:
+                        raise StopAsyncIteration
+                    if isinstance(err, _Retry) and not sink.received:  # never processed: send again
+                        self._start = asyncio.get_running_loop().create_task(self._open())
+                        await asyncio.shield(self._start)
+                        continue
+                    if isinstance(err, _Retry):  # pragma: no cover - a processed stream is not refused
+                        err = rpc_error(StatusCode.UNAVAILABLE, "the runtime went away (GOAWAY)")
+                    if self._cancelled:
+                        raise asyncio.CancelledError
+                    raise err
+                w = asyncio.get_running_loop().create_future()
+                sink.waiter = w
+                try:
+                    await w
+                finally:
+                    sink.waiter = None
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+
+    def cancel(self) -> bool:
+        """Cancel the call if it has not ended; True if this cancelled it (as grpc.aio's ``cancel``)."""
+        if self._cancelled:
+            return False
+        if not self._start.done():
+            self._cancelled = True
+            self._start.cancel()
+            return True
+        if self._start.cancelled() or self._start.exception() is not None:
+            return False
+        st, conn = self._st, self._conn
+        assert st is not None and conn is not None
+        if st.fut.done():
+            if not st.fut.cancelled():
+                st.fut.exception()  # retrieved: the reader stopped before the end
+            return False
+        self._cancelled = True
+        cancelled = conn.cancel(st)
+        if st.fut.done() and not st.fut.cancelled():
+            st.fut.exception()  # CANCELLED, which nobody reads: a read now raises CancelledError
+        return cancelled
+
+    def done(self) -> bool:
+        return self._cancelled or (self._start.done() and (
+            self._start.cancelled() or self._start.exception() is not None
+            or (self._st is not None and self._st.fut.done())))

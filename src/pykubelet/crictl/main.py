@@ -446,9 +446,9 @@ class Crictl:
 
 
 def _not_found() -> Any:
-    import grpc
+    from pykubelet.cri import StatusCode
 
-    return grpc.StatusCode.NOT_FOUND
+    return StatusCode.NOT_FOUND
 
 
 def _read_lines(path: str) -> list[str]:

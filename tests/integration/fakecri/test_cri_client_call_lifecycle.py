@@ -14,11 +14,10 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import grpc
 import pytest
 from cri_api.v1 import api_pb2 as pb
 
-from pykubelet.cri import CRIClient, CRIError
+from pykubelet.cri import CRIClient, CRIError, StatusCode
 from pykubelet.fakecri import FakeRuntime, serve
 from tests.fakes import eventually, fake_cri
 
@@ -72,7 +71,7 @@ async def test_a_call_past_its_deadline_fails_with_deadline_exceeded_and_is_coun
     with pytest.raises(CRIError) as ei:
         await client.exec_sync("any", ["true"], timeout=5, deadline=0.3)
     assert ei.value.deadline_exceeded
-    assert ei.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert ei.value.code is StatusCode.DEADLINE_EXCEEDED
     assert str(ei.value).startswith("exec_sync: rpc error: code = DeadlineExceeded desc = ")
     assert seen[-1][0] == "exec_sync" and seen[-1][1] is ei.value
     await eventually(lambda: rt.exec_cancelled == 1, timeout=10)  # the runtime stops waiting too

@@ -6,10 +6,9 @@ import ipaddress
 import re
 from typing import Any
 
-import grpc
 import pytest
 
-from pykubelet.cri import CRIError, pb
+from pykubelet.cri import CRIError, StatusCode, pb
 from pykubelet.fakecri import FakeRuntime
 from pykubelet.fakecri.inprocess import InProcessCRIClient
 
@@ -48,7 +47,7 @@ async def test_in_process_client_raises_the_runtimes_grpc_errors_as_cri_errors()
     client = InProcessCRIClient(FakeRuntime())
     with pytest.raises(CRIError) as err:
         await client.container_status("nope")
-    assert err.value.not_found and err.value.code == grpc.StatusCode.NOT_FOUND
+    assert err.value.not_found and err.value.code is StatusCode.NOT_FOUND
     with pytest.raises(CRIError) as err:
         async for _ in client.get_container_events():
             pass

@@ -11,10 +11,9 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import grpc
 import pytest
 
-from pykubelet.cri import CRIClient, CRIError, pb
+from pykubelet.cri import CRIClient, CRIError, StatusCode, pb
 from pykubelet.fakecri import FakeRuntime, serve
 
 
@@ -197,7 +196,7 @@ async def test_exit_codes_and_timed_exit(env: Any, clock: Clock) -> None:
     # a container can't be started twice
     with pytest.raises(CRIError) as ei:
         await client.start_container(c2)
-    assert ei.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert ei.value.code is StatusCode.FAILED_PRECONDITION
 
     # stopping the sandbox kills running containers
     c3 = await client.create_container(sid, container_config("srv", "job", "uid2", ["nginx"]), scfg)
@@ -259,7 +258,7 @@ async def test_list_filters(env: Any) -> None:
         await client.create_container(sb, container_config("x", "b", "ub", ["nginx"]), cfg_b)
     with pytest.raises(CRIError) as ei:
         await client.create_container(sa, container_config("one", "a", "ua", ["nginx"]), cfg_a)
-    assert ei.value.code == grpc.StatusCode.ALREADY_EXISTS
+    assert ei.value.code is StatusCode.ALREADY_EXISTS
     with pytest.raises(CRIError):
         await client.run_pod_sandbox(cfg_a)
 
@@ -296,7 +295,7 @@ async def test_images(env: Any) -> None:
     for bad in ("example/nonexistent:1", "invalid-image"):
         with pytest.raises(CRIError) as ei:
             await client.pull_image(bad)
-        assert ei.value.code == grpc.StatusCode.UNKNOWN  # as containerd 1.6
+        assert ei.value.code is StatusCode.UNKNOWN  # as containerd 1.6
         assert "failed to pull and unpack image" in ei.value.details and "not found" in ei.value.details
 
     fs = await client.image_fs_info()

@@ -42,7 +42,8 @@ async def test_an_image_service_endpoint_of_its_own_gets_its_own_channel() -> No
     split = runtime_client("unix:///run/a.sock", "unix:///run/b.sock", timeout=1, observer=None)
     assert isinstance(split, SplitCRIClient)
     assert split.img is not None and split.rt is not None
-    assert split._image_channel is not None and split._image_channel is not split._channel
+    assert split._h2_images is not None and split._h2_images is not split._h2
+    assert split._h2_images.path == "/run/b.sock" and same._h2_images is None
     await split.close()
     await same.close()
 

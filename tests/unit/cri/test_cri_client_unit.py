@@ -8,7 +8,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from pykubelet.cri import CRIClient, CRIError, is_not_found, parse_endpoint, pb, socket_path
+from pykubelet.cri import CRIClient, CRIError, StatusCode, is_not_found, parse_endpoint, pb, socket_path
 from pykubelet.cri.client import from_rpc_error
 
 
@@ -44,7 +44,7 @@ def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
 def test_error_mapping() -> None:
     err = from_rpc_error(_rpc_error(grpc.StatusCode.NOT_FOUND, "container x not found"), "container_status")
     assert isinstance(err, CRIError)
-    assert err.code == grpc.StatusCode.NOT_FOUND
+    assert err.code is StatusCode.NOT_FOUND  # grpcio's code, as the grpc-free enum of the same name
     assert err.not_found and is_not_found(err)
     assert err.details == "container x not found"
     assert err.op == "container_status"
@@ -170,3 +170,12 @@ async def test_connect_to_missing_socket_fails_with_unavailable(tmp_path: Any) -
         assert ei.value.unavailable or ei.value.deadline_exceeded
     finally:
         await c.close()
+
+
+def test_status_codes_have_grpcios_names_and_values() -> None:
+    assert [c.name for c in StatusCode] == [c.name for c in grpc.StatusCode]
+    for code in grpc.StatusCode:
+        assert StatusCode[code.name].value == code.value
+        assert StatusCode.of(code) is StatusCode[code.name] is StatusCode.of(code.value[0])
+    assert StatusCode.of(99) is StatusCode.UNKNOWN and StatusCode.NOT_FOUND.go_name == "NotFound"
+    assert CRIError(grpc.StatusCode.ABORTED, "x").code is StatusCode.ABORTED

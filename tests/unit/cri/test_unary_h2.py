@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import hpack
 
 from pykubelet.cri.unary_h2 import _Connection, _table_neutral, grpc_timeout
@@ -38,3 +40,51 @@ def test_cached_header_blocks_follow_the_dynamic_table() -> None:
     # a new entry shifts the dynamic indexes: the same bytes now mean the newer field
     assert conn._decode(enc.encode([("x-b", "2")])) == [("x-b", "2")]
     assert conn._decode(indexed) == [("x-b", "2")]
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+async def test_stream_messages_split_across_frames_arrive_whole_and_in_order() -> None:
+    from pykubelet.cri.unary_h2 import _DATA, _END_HEADERS, _END_STREAM, _HEADERS, _frame
+
+    conn = _Connection(1024)
+    conn.connection_made(_Transport())  # type: ignore[arg-type]
+    st = await conn.open_stream(b"\x83\x86", b"\x00\x00\x00\x00\x00", None)
+    assert st.sink is not None
+    enc = hpack.Encoder()
+    wire = b"".join(struct.pack(">BI", 0, len(m)) + m for m in (b"first", b"", b"x" * 300))
+    conn.data_received(_frame(_HEADERS, _END_HEADERS, st.id, enc.encode([(":status", "200")]))
+                       + _frame(_DATA, 0, st.id, wire[:7]))
+    assert list(st.sink.messages) == []  # nothing whole yet
+    conn.data_received(_frame(_DATA, 0, st.id, wire[7:20]) + _frame(_DATA, 0, st.id, wire[20:]))
+    assert list(st.sink.messages) == [b"first", b"", b"x" * 300] and not st.fut.done()
+    conn.data_received(_frame(_HEADERS, _END_HEADERS | _END_STREAM, st.id, enc.encode([("grpc-status", "0")])))
+    assert st.fut.result() == b"" and st.id not in conn.streams
+
+
+async def test_a_stream_message_over_the_receive_limit_fails_the_call() -> None:
+    from pykubelet.cri.status import RpcError, StatusCode
+    from pykubelet.cri.unary_h2 import _DATA, _END_HEADERS, _HEADERS, _RST_STREAM, _frame
+
+    conn = _Connection(16)
+    transport = _Transport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    st = await conn.open_stream(b"\x83\x86", b"\x00\x00\x00\x00\x00", None)
+    conn.data_received(_frame(_HEADERS, _END_HEADERS, st.id, hpack.Encoder().encode([(":status", "200")]))
+                       + _frame(_DATA, 0, st.id, struct.pack(">BI", 0, 17)))
+    err = st.fut.exception()
+    assert isinstance(err, RpcError) and err.code() is StatusCode.RESOURCE_EXHAUSTED
+    conn._flush()
+    assert _frame(_RST_STREAM, 0, st.id, struct.pack(">I", 8)) in transport.written  # the runtime is told
