@@ -8,9 +8,12 @@ instrumented runtime service.
 
 from __future__ import annotations
 
-from typing import Any
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -43,19 +46,6 @@ PLEG_RELIST_INTERVAL = Histogram(
     "kubelet_pleg_relist_interval_seconds", "Interval in seconds between relisting in PLEG.",
     registry=REGISTRY,
 )
-RUNTIME_OPERATIONS = Counter(
-    "kubelet_runtime_operations", "Cumulative number of runtime operations by operation type.",
-    ["operation_type"], registry=REGISTRY,
-)
-RUNTIME_OPERATIONS_ERRORS = Counter(
-    "kubelet_runtime_operations_errors",
-    "Cumulative number of runtime operation errors by operation type.",
-    ["operation_type"], registry=REGISTRY,
-)
-RUNTIME_OPERATIONS_DURATION = Histogram(
-    "kubelet_runtime_operations_duration_seconds", "Duration in seconds of runtime operations.",
-    ["operation_type"], buckets=_OP_BUCKETS, registry=REGISTRY,
-)
 NODE_NAME = Gauge("kubelet_node_name", "The node's name. The count is always 1.", ["node"], registry=REGISTRY)
 STARTED_PODS = Counter("kubelet_started_pods", "Cumulative number of pods started", registry=REGISTRY)
 STARTED_PODS_ERRORS = Counter(
@@ -74,19 +64,92 @@ IMAGE_PULL_DURATION = Histogram(
 )
 
 
-_OP_CHILDREN: dict[str, tuple[Any, Any]] = {}
+
+class Count:
+    """One counter series: a plain int, updated from the event loop only."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self) -> None:
+        self.value += 1
 
 
-def cri_observer(op: str, seconds: float, err: Exception | None) -> None:
-    """``pykubelet.cri.Observer`` hook: count, time and error-count every CRI call.
+class Hist:
+    """One histogram series: per-bucket (non-cumulative) counts, the last for +Inf, and the sum."""
 
-    It runs after every CRI call (200/s under exec probe load), so the labelled children of the two
-    always-updated metrics are cached per operation instead of looked up with ``labels()`` each time.
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1  # first bound >= value: le semantics
+        self.sum += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        acc = 0
+        for bound, n in zip((*self.bounds, float("inf")), list(self.counts), strict=True):
+            acc += n
+            out.append((floatToGoString(bound), acc))
+        return out
+
+
+class RuntimeOperations:
+    """``kubelet_runtime_operations_total``, ``…_errors_total`` and ``…_duration_seconds`` by
+    ``operation_type``, exported by ``collect`` at scrape time.
+
+    Why not ``prometheus_client``'s Counter and Histogram: every CRI call (200/s under exec-probe
+    load) updates two series, and their updates take a lock each (a histogram observe two or three),
+    about 7 % of an exec probe's cost in the agent for numbers read once per scrape. Each operation
+    holds plain cells (``Count``, ``Hist``) updated from the event loop only; a scrape from another
+    thread copies the tables first (``list(dict.items())``, atomic under the GIL) and is at worst
+    one call behind.
     """
-    children = _OP_CHILDREN.get(op)
-    if children is None:
-        children = _OP_CHILDREN[op] = (RUNTIME_OPERATIONS.labels(op), RUNTIME_OPERATIONS_DURATION.labels(op))
-    children[0].inc()
-    children[1].observe(seconds)
-    if err is not None:
-        RUNTIME_OPERATIONS_ERRORS.labels(op).inc()
+
+    def __init__(self) -> None:
+        self._ops: dict[str, tuple[Count, Hist]] = {}
+        self._errors: dict[str, Count] = {}
+
+    def observe(self, op: str, seconds: float, err: Exception | None) -> None:
+        cells = self._ops.get(op)
+        if cells is None:
+            cells = self._ops[op] = (Count(), Hist(_OP_BUCKETS))
+        cells[0].value += 1
+        cells[1].observe(seconds)
+        if err is not None:
+            errors = self._errors.get(op)
+            if errors is None:
+                errors = self._errors[op] = Count()
+            errors.value += 1
+
+    def collect(self) -> Iterator[Metric]:
+        ops = list(self._ops.items())
+        total = CounterMetricFamily("kubelet_runtime_operations",
+                                    "Cumulative number of runtime operations by operation type.",
+                                    labels=("operation_type",))
+        for op, (count, _) in ops:
+            total.add_metric((op,), count.value)
+        yield total
+        errors = CounterMetricFamily("kubelet_runtime_operations_errors",
+                                     "Cumulative number of runtime operation errors by operation type.",
+                                     labels=("operation_type",))
+        for op, count in list(self._errors.items()):
+            errors.add_metric((op,), count.value)
+        yield errors
+        duration = HistogramMetricFamily("kubelet_runtime_operations_duration_seconds",
+                                         "Duration in seconds of runtime operations.", labels=("operation_type",))
+        for op, (_, h) in ops:
+            duration.add_metric((op,), h.buckets(), h.sum)
+        yield duration
+
+
+RUNTIME_OPERATIONS = RuntimeOperations()
+REGISTRY.register(RUNTIME_OPERATIONS)
+cri_observer = RUNTIME_OPERATIONS.observe
+"""The ``pykubelet.cri.Observer`` hook: count, time and error-count every CRI call."""

@@ -10,7 +10,7 @@ it started: it shows whether probes of many pods delay each other or wait on the
 Why not ``prometheus_client``'s Counter and Histogram objects: every probe updates three series, and
 each of their updates takes a lock (a histogram observe takes two or three: sum, bucket, count), which
 at 200 probes/s was ~5 % of the agent's CPU for numbers read once per scrape. Here each worker holds
-its own plain cells (an int, or bucket counts found by bisection) updated from the event loop only,
+its own plain cells (``Count``, ``Hist`` of ``pykubelet.agent.metrics``) updated from the event loop only,
 and one custom collector (``ProbeMetrics``, registered in ``pykubelet.agent.metrics.REGISTRY``)
 turns them into the same metric families when /metrics is scraped. Scrapes may run in another
 thread: the collector copies each table (``list(dict.items())``, atomic under the GIL) before reading,
@@ -19,53 +19,16 @@ and a reading taken mid-update is at worst one probe behind.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.utils import floatToGoString
 
-from pykubelet.agent.metrics import REGISTRY
+from pykubelet.agent.metrics import REGISTRY, Count, Hist
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 TOTAL_LABELS = ("probe_type", "result", "container", "pod", "namespace", "pod_uid")
 DURATION_LABELS = ("probe_type", "container", "pod", "namespace")
-
-
-class Count:
-    """One counter series."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0
-
-    def inc(self) -> None:
-        self.value += 1
-
-
-class Hist:
-    """One histogram series: per-bucket (non-cumulative) counts, the last for +Inf, and the sum."""
-
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1  # first bound >= value: le semantics
-        self.sum += value
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out: list[tuple[str, float]] = []
-        acc = 0
-        for bound, n in zip((*self.bounds, float("inf")), list(self.counts), strict=True):
-            acc += n
-            out.append((floatToGoString(bound), acc))
-        return out
 
 
 class ProbeMetrics:
