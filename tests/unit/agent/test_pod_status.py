@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from typing import Any
 
 import pytest
 
-from pykubelet.agent.status.generate import generate_api_status
+from pykubelet.agent.status.generate import generate_api_status, rfc3339
 from pykubelet.agent.status.manager import StatusManager, status_equal
 from tests.builders import NOW, POD_IP, container, exited, pod, pod_path, running, runtime_status, sandbox
 from tests.fakes import FakeApi
@@ -361,3 +362,17 @@ def test_generated_status_shares_nothing_with_the_previous_one() -> None:
         c["status"] = "changed"
     assert p["status"] == before
     assert {c["type"] for c in status["conditions"]} >= {"PodScheduled", "DisruptionTarget", "Ready"}
+
+
+@pytest.mark.parametrize("ts", [0, 0.999, 1.0, 59.5, 1764590000.25, 1764590000.75, 1764590001, 1764590000.5, -0.5, -1.5,
+                                4102444800.0])
+def test_rfc3339_is_the_utc_second_of_the_time(ts: float) -> None:
+    expected = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    assert rfc3339(ts) == expected and rfc3339(ts) == expected
+
+
+def test_rfc3339_refuses_what_gmtime_refuses() -> None:
+    with pytest.raises(ValueError):
+        rfc3339(float("nan"))
+    with pytest.raises(OverflowError):
+        rfc3339(float("inf"))
