@@ -51,6 +51,7 @@ def _copy(status: JSONObj) -> JSONObj:
         return copy.deepcopy(status)
     return out
 
+
 MAX_CONCURRENT_WRITES = 32
 
 
