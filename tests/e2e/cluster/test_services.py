@@ -70,6 +70,13 @@ def _fetch_many(cluster, n: int) -> Counter[str]:  # type: ignore[no-untyped-def
     return Counter(line.strip() for line in out.splitlines() if line.strip())
 
 
+def _slice_ready(cluster) -> dict[str, bool]:  # type: ignore[no-untyped-def]
+    """Pod name → its endpoint's ``ready`` condition in the EndpointSlices of Service svc-web."""
+    out = cluster.kubectl("get", "endpointslices", "-l", "kubernetes.io/service-name=svc-web", "-o", "json").stdout
+    return {ep["targetRef"]["name"]: bool((ep.get("conditions") or {}).get("ready"))
+            for sl in json.loads(out)["items"] for ep in sl.get("endpoints") or [] if ep.get("targetRef")}
+
+
 @pytest.fixture(scope="module")
 def web(cluster):  # type: ignore[no-untyped-def]
     manifest = "".join(WEB.format(name=n) for n in PODS) + CLIENT
@@ -92,9 +99,13 @@ def test_cluster_ip_spreads_over_ready_pods_and_follows_readiness(web) -> None: 
     assert set(counts) == set(PODS) and min(counts.values()) >= 5, counts
 
     web.kubectl("exec", "svc-web-1", "--", "rm", "/tmp/ready")
-    # A failed readiness probe (period 1 s) takes the pod out of the EndpointSlice and the proxy's
-    # rules; on a quiet machine that takes ~1.3 s, on a loaded CI machine longer.
-    web.wait_for("svc-web-1 out of rotation", lambda: "svc-web-1" not in _fetch_many(web, 6), 20, 0.2)
+    # A failed readiness probe (period 1 s) marks the pod's endpoint not ready in the EndpointSlice,
+    # and the proxy's next sync (0.1 s later at most) takes it out of the rules: ~1.3 s on a quiet
+    # machine, several seconds on a loaded CI machine. A few fetches without svc-web-1 prove
+    # nothing (6 miss it one time in 11 by chance), so the slice is waited for, then the rules.
+    web.wait_for("svc-web-1 not ready in the EndpointSlice", lambda: _slice_ready(web).get("svc-web-1") is False,
+                 30, 0.2)
+    web.wait_for("svc-web-1 out of rotation", lambda: "svc-web-1" not in _fetch_many(web, 20), 10, 0.2)
     counts = _fetch_many(web, 30)
     assert "svc-web-1" not in counts and sum(counts.values()) == 30, counts
 
