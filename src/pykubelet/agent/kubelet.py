@@ -152,6 +152,7 @@ class Kubelet:
             runtime, max_size=cfg.container_log_max_size, max_files=cfg.container_log_max_files,
             interval=cfg.container_log_monitor_interval,
         )
+        self.runtime_manager.container_log = self.log_manager.add  # new containers' log paths: no ContainerStatus
         self.status_manager = StatusManager(api, reconcile_period=status_reconcile_period)
         self.pod_manager = PodManager(self.status_manager)
         self.probes = ProbeManager(runtime, recorder, on_change=self._wake_pod)

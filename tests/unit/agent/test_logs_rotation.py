@@ -186,3 +186,80 @@ def test_container_log_max_files_must_keep_a_rotated_file() -> None:
 
     with pytest.raises(ConfigError, match="container"):
         load_options(["--container-log-max-files", "1"])
+
+
+class _CountingRuntime(_FakeRuntime):
+    """Lists the given running container ids and counts the ContainerStatus calls."""
+
+    def __init__(self, log_path: str, running: list[str]) -> None:
+        super().__init__(log_path)
+        self.running = running
+        self.status_calls: list[str] = []
+
+    async def list_containers(self, filter: object = None) -> list[object]:
+        from pykubelet.cri import pb
+
+        return [pb.Container(id=cid, state=pb.CONTAINER_RUNNING) for cid in self.running]
+
+    async def container_status(self, cid: str) -> object:
+        self.status_calls.append(cid)
+        return await super().container_status(cid)
+
+
+def test_a_created_container_log_is_rotated_without_asking_the_runtime_its_path(tmp_path: Path) -> None:
+    from pykubelet.agent.logs import ContainerLogManager
+
+    live = tmp_path / "0.log"
+    rt = _CountingRuntime(str(live), running=[])
+    m = ContainerLogManager(rt, max_size="1Ki", max_files=3, now=lambda: NOW)
+    m.add("c1", str(live))  # handed at creation, before the container starts
+    asyncio.run(m.rotate_logs())  # not running yet: the handed path waits
+    rt.running = ["c1"]
+    live.write_bytes(b"y" * 100)
+    asyncio.run(m.rotate_logs())
+    live.write_bytes(b"y" * 2048)
+    asyncio.run(m.rotate_logs())
+    assert rt.status_calls == [] and rt.reopened == ["c1"] and m.rotations == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0.log", "0.log.20240506-070809"]
+
+
+def test_an_adopted_container_log_is_found_with_one_container_status_and_rotated(tmp_path: Path) -> None:
+    from pykubelet.agent.logs import ContainerLogManager
+
+    live = tmp_path / "0.log"
+    live.write_bytes(b"y" * 100)
+    rt = _CountingRuntime(str(live), running=["c1"])  # running before this agent started: nobody handed it
+    m = ContainerLogManager(rt, max_size="1Ki", max_files=3, now=lambda: NOW)
+    asyncio.run(m.rotate_logs())
+    live.write_bytes(b"y" * 2048)
+    asyncio.run(m.rotate_logs())
+    assert rt.status_calls == ["c1"] and m.rotations == 1
+    assert (tmp_path / "0.log.20240506-070809").read_bytes() == b"y" * 2048
+
+
+def test_a_handed_path_whose_container_never_runs_is_forgotten(tmp_path: Path) -> None:
+    from pykubelet.agent.logs import ContainerLogManager
+    from pykubelet.agent.logs.manager import HANDED_TTL
+
+    clock = [1000.0]
+    live = tmp_path / "0.log"
+    rt = _CountingRuntime(str(live), running=[])
+    m = ContainerLogManager(rt, max_size="1Ki", max_files=3, now=lambda: NOW, clock=lambda: clock[0])
+    m.add("failed-start", str(live))
+    asyncio.run(m.rotate_logs())
+    assert "failed-start" in m._handed
+    clock[0] += HANDED_TTL + 1
+    asyncio.run(m.rotate_logs())
+    assert m._handed == {}
+    # should it run after all, it is asked about like any container the manager was not told of
+    rt.running = ["failed-start"]
+    asyncio.run(m.rotate_logs())
+    assert rt.status_calls == ["failed-start"]
+
+
+def test_a_disabled_manager_keeps_no_handed_paths() -> None:
+    from pykubelet.agent.logs import ContainerLogManager
+
+    m = ContainerLogManager(_FakeRuntime("/x/0.log"), max_size="0", max_files=3)
+    m.add("c1", "/x/0.log")
+    assert not m.enabled and m._handed == {}

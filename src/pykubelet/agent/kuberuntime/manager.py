@@ -256,6 +256,8 @@ class RuntimeManager:
         self.mounts = mounts  # volume mounts of a container, None = no volumes
         # the container manager's say on a container's Linux resources (cpuset, CFS period/quota)
         self.container_resources: Callable[[Pod, JSONObj, pb.LinuxContainerResources], None] | None = None
+        # told (container id, log path) of each container created, before it starts (the log manager's add)
+        self.container_log: Callable[[str, str], None] | None = None
         self.security_options = security_options or security.SecurityOptions()
         self.runtime_class = runtime_class  # RuntimeClass objects by name (None: runtimeClassName unsupported)
         # legacy /var/log/containers symlinks live next to the pod logs dir
@@ -624,6 +626,10 @@ class RuntimeManager:
             return self._start_failed(pod, name, kind, "CreateContainerError", e)
         if made is not None:
             made.container_ids.append(cid)
+        # the runtime's log path is the one built here (containerd joins the two): no ContainerStatus to ask it
+        log_path = os.path.join(sb_config.log_directory, config.log_path) if config.log_path else ""
+        if self.container_log is not None:
+            self.container_log(cid, log_path)
         self.recorder.event(pod, "Normal", "Created", f"Created container: {name}")
         try:
             await self.runtime.start_container(cid)
@@ -631,7 +637,7 @@ class RuntimeManager:
             return self._start_failed(pod, name, kind, "RunContainerError", e)
         self.recorder.event(pod, "Normal", "Started", f"Started container {name}")
         metrics.STARTED_CONTAINERS.labels(kind).inc()
-        await self._link_container_log(pod, name, cid, os.path.join(sb_config.log_directory, config.log_path))
+        await self._link_container_log(pod, name, cid, log_path)
         self._clear_reason(pod, name)
         if self.hooks is not None and (container.get("lifecycle") or {}).get("postStart"):
             msg = await self.hooks.run_post_start(pod, container, cid, pod_ip=(pod_ips or [""])[0])

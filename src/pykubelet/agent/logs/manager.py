@@ -3,7 +3,7 @@
 Design: the runtime (containerd) writes each container's stdout/stderr to the CRI log file
 ``<podLogsDir>/<ns>_<pod>_<uid>/<container>/<restart>.log`` and never rotates it; the kubelet does.
 Every ``containerLogMonitorInterval`` (10 s by default) the manager lists the RUNNING containers over
-CRI, asks each for its ``log_path`` and, when the file has reached ``containerLogMaxSize``, rotates
+CRI, knows each one's ``log_path`` (see below) and, when the file has reached ``containerLogMaxSize``, rotates
 it. What to do with the files is decided by the pure ``plan_rotation`` (unit-tested); the manager
 only executes the plan, with all blocking file work (stat, rename, gzip, unlink) in a worker thread
 so the event loop never waits on the disk.
@@ -23,6 +23,16 @@ A live log that is missing (e.g. deleted by hand) gets a ``ReopenContainerLog`` 
 Rotation happens when the size is at least the limit (upstream skips only ``size < max``). Rotated
 files of removed containers are deleted by ``clean`` (upstream ``Clean``), called when the runtime
 manager removes a container.
+
+Where the log path comes from: upstream asks ``ContainerStatus`` for it in every pass. A container's
+log path never changes, and for the containers this agent creates the agent itself built it
+(``ContainerConfig.log_path`` joined to the sandbox's ``log_directory``, as the runtime joins them),
+so the runtime manager hands it over at creation (``add``, before StartContainer, so no pass can see
+the container running without it) and no CRI call is made for it. A running container the manager
+was not told about (one adopted after an agent restart, or whose hand-over expired) is asked for
+once with ``ContainerStatus``, as upstream does, and remembered while it runs. A handed path waits
+for its container to be listed running at most ``HANDED_TTL`` seconds (a container whose start
+failed is never listed running); after that the container is simply asked about if it ever runs.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import logging
 import os
 import re
 import shutil
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +60,7 @@ TIMESTAMP_FORMAT = "%Y%m%d-%H%M%S"  # Go's "20060102-150405"
 COMPRESS_SUFFIX = ".gz"
 TMP_SUFFIX = ".tmp"
 _ROTATED = re.compile(r"^\d{8}-\d{6}(\.gz)?(\.tmp)?$")
+HANDED_TTL = 120.0  # seconds a handed log path waits for its container to be listed running
 
 
 @dataclass(frozen=True)
@@ -154,19 +166,27 @@ class ContainerLogManager:
     """Rotates the logs of running containers every ``interval`` seconds (see the module doc)."""
 
     def __init__(self, runtime: Any, *, max_size: str, max_files: int, interval: float = 10.0,
-                 now: Callable[[], dt.datetime] | None = None) -> None:
+                 now: Callable[[], dt.datetime] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.runtime = runtime
         self.max_size = parse_quantity(max_size).int_value()
         self.max_files = max_files
         self.interval = max(0.1, interval)
         self._now = now or (lambda: dt.datetime.now(dt.UTC))
+        self._clock = clock
         self._task: asyncio.Task[None] | None = None
         self._paths: dict[str, str] = {}  # running container id -> its log path
+        self._handed: dict[str, tuple[str, float]] = {}  # created, not yet listed running -> (log path, when)
         self.rotations = 0
 
     @property
     def enabled(self) -> bool:
         return self.max_size > 0 and self.max_files > 1
+
+    def add(self, container_id: str, log_path: str) -> None:
+        """Hand over the log path of a container this agent has just created (before it starts), so
+        the rotation pass needs no ContainerStatus for it ("" = the container has no log)."""
+        if self.enabled:
+            self._handed[container_id] = (log_path, self._clock())
 
     def start(self) -> None:
         if not self.enabled or self._task is not None:
@@ -181,16 +201,24 @@ class ContainerLogManager:
     async def rotate_logs(self) -> None:
         """One pass over the running containers (upstream rotateLogs).
 
-        A container's log path never changes, so it is asked for once (ContainerStatus) and
-        remembered while the container runs; the sizes of all logs are read in one hop off the loop.
-        A pass over 1,000 idle containers is then one ListContainers call and one thread hop."""
+        A container's log path never changes: it is the one handed over at creation (``add``), else
+        asked for once (ContainerStatus), and remembered while the container runs; the sizes of all
+        logs are read in one hop off the loop. A pass over 1,000 idle containers is then one
+        ListContainers call and one thread hop."""
         running = pb.ContainerFilter(state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING))
         containers = await self.runtime.list_containers(running)
         ids = {c.id for c in containers}
         for cid in [cid for cid in self._paths if cid not in ids]:
             del self._paths[cid]
+        expired = self._clock() - HANDED_TTL
+        for cid in [cid for cid, (_, at) in self._handed.items() if at < expired and cid not in ids]:
+            del self._handed[cid]
         for c in containers:
             if c.id in self._paths:
+                continue
+            handed = self._handed.pop(c.id, None)
+            if handed is not None:
+                self._paths[c.id] = handed[0]
                 continue
             try:
                 resp = await self.runtime.container_status(c.id)
