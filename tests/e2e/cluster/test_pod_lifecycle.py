@@ -298,6 +298,7 @@ def test_readiness_flips_ready_both_ways(cluster) -> None:  # type: ignore[no-un
         readinessProbe:
           exec: {{command: ["cat", "/tmp/ready"]}}
           periodSeconds: 1
+          timeoutSeconds: 5  # an exec that takes over 1 s on a loaded machine is a failure
     """)
     try:
         with Sampler(cluster, name) as s:
@@ -313,7 +314,10 @@ def test_readiness_flips_ready_both_ways(cluster) -> None:  # type: ignore[no-un
 
 def test_startup_probe_protects_slow_starter(cluster) -> None:  # type: ignore[no-untyped-def]
     name = "lc-startup"
-    probe = '{exec: {command: ["cat", "/tmp/started"]}, periodSeconds: 1'
+    # timeoutSeconds 5: an exec slower than 1 s on a loaded machine must not count as a failure (the
+    # liveness probe's one failure would restart the container); 20 s of start-up: the test must see
+    # the container running before the startup probe passes, also when the machine is loaded
+    probe = '{exec: {command: ["cat", "/tmp/started"]}, periodSeconds: 1, timeoutSeconds: 5'
     apply(cluster, f"""
     apiVersion: v1
     kind: Pod
@@ -323,8 +327,8 @@ def test_startup_probe_protects_slow_starter(cluster) -> None:  # type: ignore[n
       containers:
       - name: slow
         image: "busybox:1.36"
-        command: ["sh", "-c", "sleep 10; touch /tmp/started; sleep 3600"]
-        startupProbe: {probe}, failureThreshold: 30}}
+        command: ["sh", "-c", "sleep 20; touch /tmp/started; sleep 3600"]
+        startupProbe: {probe}, failureThreshold: 60}}
         livenessProbe: {probe}, failureThreshold: 1}}
     """)
     try:
