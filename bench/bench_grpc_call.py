@@ -11,9 +11,16 @@ client process's CPU (``getrusage``: all its threads), split into the event-loop
 threads still alive at the end (grpcio's poller/EventEngine threads; short-lived threads count only
 in the total), in µs per call net of ``idle``, and the ratio to ``cri_client_grpcio`` (grpc.aio, the old path).
 
+Every variant runs on the event loop the project's commands use (``pykubelet.common.aio.run``:
+uvloop); those named ``*_stdlib_loop`` and every grpcio variant run on the stdlib loop instead
+(``PYKUBELET_EVENT_LOOP=asyncio``) and are net of ``idle_stdlib_loop``: ``cri_client`` against
+``cri_client_stdlib_loop`` is what uvloop changes for one CRI call.
+
 Variants (``--call`` picks ExecSync, PodSandboxStatus or ListContainers):
 
 * ``idle``: the pacing loop with no call at all (the harness's own cost, subtracted from the others);
+
+
 * ``cri_client_grpcio``: the project's ``CRIClient`` with ``transport="grpcio"`` (every call on
   grpc.aio, as before ``pykubelet.cri.unary_h2``) — the baseline of the ratios;
 * ``cri_client``: ``CRIClient`` as the agent uses it (``PYKUBELET_CRI_TRANSPORT`` picks);
@@ -73,6 +80,7 @@ from cri_api.v1 import api_pb2 as pb
 from cri_api.v1 import api_pb2_grpc as pb_grpc
 from scale_common import start_fakecri, stop_process
 
+from pykubelet.common import aio
 from pykubelet.cri.client import CRIClient, from_rpc_error, parse_endpoint
 
 SLOT = 0.025
@@ -81,11 +89,14 @@ TIMEOUT = 121.0
 NO_EVENT_ENGINE = ("-event_engine_client,-event_engine_listener,-event_engine_dns,"
                    "-event_engine_for_all_other_endpoints,-event_engine_callback_cq")
 # variant -> environment it runs with (read by grpcio at import)
+STDLIB_LOOP = {"PYKUBELET_EVENT_LOOP": "asyncio"}
 VARIANTS: dict[str, dict[str, str]] = {
-    "idle": {}, "cri_client_grpcio": {}, "cri_client": {}, "aio": {}, "aio_bytes": {}, "aio_lean": {}, "aio_minimal": {},
-    "aio_poll": {"GRPC_POLL_STRATEGY": "poll"}, "aio_no_event_engine": {"GRPC_EXPERIMENTS": NO_EVENT_ENGINE},
-    "aio_direct": {}, "sync_future": {}, "sync_future_bytes": {}, "executor": {}, "executor1": {},
-    "sync_inline": {}, "grpclib": {},
+    "idle": {}, "idle_stdlib_loop": STDLIB_LOOP, "cri_client": {}, "cri_client_stdlib_loop": STDLIB_LOOP,
+    "cri_client_grpcio": STDLIB_LOOP, "aio": STDLIB_LOOP, "aio_bytes": STDLIB_LOOP, "aio_lean": STDLIB_LOOP,
+    "aio_minimal": STDLIB_LOOP, "aio_poll": {**STDLIB_LOOP, "GRPC_POLL_STRATEGY": "poll"},
+    "aio_no_event_engine": {**STDLIB_LOOP, "GRPC_EXPERIMENTS": NO_EVENT_ENGINE}, "aio_direct": STDLIB_LOOP,
+    "sync_future": STDLIB_LOOP, "sync_future_bytes": STDLIB_LOOP, "executor": STDLIB_LOOP,
+    "executor1": STDLIB_LOOP, "sync_inline": STDLIB_LOOP, "grpclib": STDLIB_LOOP,
 }
 # channel arguments that take per-call work out of gRPC's C core for a local unix socket: no retry
 # filter (it buffers every call's send ops in case of a retry), no channelz call counters
@@ -195,6 +206,7 @@ class Variants:
         async def nothing() -> None:
             return None
 
+        name = name.removesuffix("_stdlib_loop")  # the same call on the stdlib event loop (VARIANTS)
         if name == "idle":
             return nothing, nothing
         if name in ("cri_client", "cri_client_grpcio"):
@@ -378,15 +390,18 @@ async def suite(args: argparse.Namespace) -> dict[str, Any]:
                       f"(loop thread {res['loop_pct']:5.1f} %; {res['calls']} calls, {res['errors']} errors) "
                       f"load {loadavg()[0]}", flush=True)
             out["loadavg"].append(loadavg())
-        idle = statistics.median(x["cpu_pct"] for x in runs["idle"]) if runs.get("idle") else 0.0
+        idles = {name: statistics.median(x["cpu_pct"] for x in runs[name]) if runs.get(name) else 0.0
+                 for name in ("idle", "idle_stdlib_loop")}
+        idle = idles["idle"]
         table = {}
         for v, rs in runs.items():
             if not rs:
                 continue
+            own_idle = idles["idle_stdlib_loop" if VARIANTS.get(v) is STDLIB_LOOP or v.startswith("idle") else "idle"]
             pct = statistics.median(x["cpu_pct"] for x in rs)
             loop_pct = statistics.median(x["loop_pct"] for x in rs)
-            table[v] = {"cpu_pct": round(pct, 2), "us_per_call_net": round(1e4 * (pct - idle) / args.rate, 1),
-                        "loop_us": round(1e4 * (loop_pct - idle) / args.rate, 1),
+            table[v] = {"cpu_pct": round(pct, 2), "us_per_call_net": round(1e4 * (pct - own_idle) / args.rate, 1),
+                        "loop_us": round(1e4 * (loop_pct - own_idle) / args.rate, 1),
                         "threads_us": round(1e4 * (pct - loop_pct) / args.rate, 1),
                         "errors": sum(x["errors"] for x in rs)}
         out["median"] = table
@@ -396,7 +411,7 @@ async def suite(args: argparse.Namespace) -> dict[str, Any]:
               f"net of idle ({idle:.2f} %)")
         print(f"{'variant':20s} {'CPU %':>6s} {'µs/call':>8s} {'loop thr':>9s} {'other thr':>10s} {BASELINE + '/this':>24s}")
         for v, row in table.items():
-            rel = f"{base / row['us_per_call_net']:.2f}x" if base and v != "idle" and row["us_per_call_net"] > 0 else ""
+            rel = f"{base / row['us_per_call_net']:.2f}x" if base and not v.startswith("idle") and row["us_per_call_net"] > 0 else ""
             print(f"{v:20s} {row['cpu_pct']:6.2f} {row['us_per_call_net']:8.1f} {row['loop_us']:9.1f} "
                   f"{row['threads_us']:10.1f} {rel:>24s}")
         print("load average (1/5/15 min) at start and after each round: "
@@ -422,13 +437,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json")
     args = p.parse_args(argv)
     if args.prober:
-        print(json.dumps(asyncio.run(prober_cost(args.prober, args.seconds))), flush=True)
+        print(json.dumps(aio.run(prober_cost(args.prober, args.seconds))), flush=True)
         return 0
     if args.variant:
         if not (args.endpoint and args.container_id):
             p.error("--variant needs --endpoint and --container-id")
-        res = asyncio.run(one(args.variant, args.endpoint, args.container_id, args.rate, args.seconds,
-                              args.sandbox_id, args.call))
+        res = aio.run(one(args.variant, args.endpoint, args.container_id, args.rate, args.seconds,
+                          args.sandbox_id, args.call))
         print(json.dumps(res), flush=True)
         return 0 if res.get("errors", 0) == 0 else 1
     res = asyncio.run(suite(args))

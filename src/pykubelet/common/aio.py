@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -62,18 +62,22 @@ def run_every(
     return asyncio.get_running_loop().create_task(loop(), name=name)
 
 
-def run(main: Awaitable[T]) -> T:
-    """Run the process's one event loop: the stdlib's, or uvloop's when ``PYKUBELET_EVENT_LOOP=uvloop``.
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """Run the process's one event loop: uvloop's by default, the stdlib's with
+    ``PYKUBELET_EVENT_LOOP=asyncio``.
 
-    Every long-running command (agent, server, fakecri) starts here so that the choice of loop is made
-    in one place. uvloop runs the loop, timers and socket transports in C; the agent's per-call
-    cost is mostly loop wake-ups and transport callbacks (docs/benchmarks-scale.md, "Probes").
+    Every long-running command (agent, server, fakecri, hollow nodes) starts here so that the choice
+    of loop is made in one place. uvloop (libuv under asyncio's API) runs the loop, its timers and the
+    socket and TLS transports in C. At probe load the agent's cost per CRI call is mostly loop
+    wake-ups and transport callbacks, and uvloop takes 13-20 % off it (docs/benchmarks-scale.md,
+    "Event loop"). The stdlib loop stays one variable away, and the test suite's in-process tests run
+    on it, so the code never depends on uvloop's behaviour.
     """
-    loop = os.environ.get("PYKUBELET_EVENT_LOOP", "asyncio")
-    if loop == "uvloop":
+    choice = os.environ.get("PYKUBELET_EVENT_LOOP", "uvloop")
+    if choice == "uvloop":
         import uvloop
 
-        return uvloop.run(main)  # type: ignore[arg-type]
-    if loop != "asyncio":
-        raise SystemExit(f"PYKUBELET_EVENT_LOOP={loop!r}: expected 'asyncio' or 'uvloop'")
-    return asyncio.run(main)  # type: ignore[arg-type]
+        return uvloop.run(main)
+    if choice != "asyncio":
+        raise SystemExit(f"pykubelet: PYKUBELET_EVENT_LOOP={choice!r}: expected 'uvloop' or 'asyncio'")
+    return asyncio.run(main)

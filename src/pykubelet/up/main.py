@@ -55,6 +55,7 @@ import time
 from pathlib import Path
 
 from pykubelet.agent.proxy.proxier import proxy_unavailable, remove_rules
+from pykubelet.common import aio
 from pykubelet.up import hollow
 from pykubelet.up.containerd import DEFAULT_CGROUP_PARENT, PrivateContainerd, validate_pod_cidr
 from pykubelet.up.images import ImageError, bootstrap_images, build_all
@@ -455,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         print("pykubelet up: a private containerd needs root (or pass --container-runtime-endpoint)", file=sys.stderr)
         return 1
     try:
-        return asyncio.run(run(args))
+        return aio.run(run(args))
     except KeyboardInterrupt:
         return 130
 
