@@ -68,7 +68,7 @@ from pykubelet.server import discovery, kubeletproxy, metricsapi, openapiv2, pro
 from pykubelet.server.auth import PKI, Attributes, Authorizer, TokenAuth, UserInfo, user_from_peercert
 from pykubelet.server.errors import StatusError, bad_request, invalid_options, method_not_allowed
 from pykubelet.server.patch import PATCH_TYPES
-from pykubelet.server.registry import Registry, RequestContext
+from pykubelet.server.registry import Registry, RequestContext, Written
 from pykubelet.server.resources import ResourceInfo, lookup
 from pykubelet.server.selectors import parse_field_selector, parse_label_selector
 from pykubelet.server.storage import WatchEvent
@@ -161,6 +161,11 @@ def json_response(obj: Any, status: int = 200, content_type: str = JSON_CT,
         h["Content-Type"] = content_type
     return web.Response(body=json.dumps(obj, separators=(",", ":")).encode(), status=status,
                         content_type=None if ";" in content_type else content_type, headers=h)
+
+
+def written_response(written: Written, status: int, headers: CIMultiDict[str] | None = None) -> web.Response:
+    """A write's answer: the stored revision's bytes as the store encoded them, when it has them."""
+    return web.Response(body=written.encoded(), status=status, content_type=JSON_CT, headers=headers)
 
 
 def status_response(err: StatusError) -> web.Response:
@@ -708,9 +713,9 @@ class ApiHttp:
             ctx.dry_run = bool(dry)
             patch_body = decode_patch(body_raw, ptype)
             ctx.duplicates = patch_body.duplicates
-            obj, code, warnings = await self.registry.patch(ri, info.namespace, info.name, info.subresource,
-                                                            patch_body.obj, ptype, ctx)
-            return json_response(obj, code, headers=_warn_headers(warnings))
+            written, code, warnings = await self.registry.patch(ri, info.namespace, info.name, info.subresource,
+                                                                patch_body.obj, ptype, ctx)
+            return written_response(written, code, headers=_warn_headers(warnings))
         dry, ctx.field_validation, _mgr = write_options(q, "CreateOptions" if info.verb == "create" else "UpdateOptions")
         ctx.dry_run = bool(dry)
         decoded = decode_body(body_raw, ct)
@@ -728,11 +733,11 @@ class ApiHttp:
                 return json_response(obj, code, headers=_warn_headers(warnings))
             if ri.namespaced and not info.namespace:
                 raise method_not_allowed("POST requires a namespace for namespaced resources")
-            obj, warnings = await self.registry.create(ri, info.namespace, body, ctx)
-            return json_response(obj, 201, headers=_warn_headers(warnings))
+            written, warnings = await self.registry.create(ri, info.namespace, body, ctx)
+            return written_response(written, 201, headers=_warn_headers(warnings))
         if info.verb == "update":
-            obj, warnings = await self.registry.update(ri, info.namespace, info.name, info.subresource, body, ctx)
-            return json_response(obj, 200, headers=_warn_headers(warnings))
+            written, warnings = await self.registry.update(ri, info.namespace, info.name, info.subresource, body, ctx)
+            return written_response(written, 200, headers=_warn_headers(warnings))
         raise method_not_allowed()
 
     async def _delete(self, request: web.Request, ri: ResourceInfo, info: RequestInfo, ctx: RequestContext,

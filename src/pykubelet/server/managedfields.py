@@ -19,6 +19,7 @@ and removes them from other managers' sets, as upstream does.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -109,17 +110,58 @@ def _lookup(obj: Any, path: Path) -> tuple[bool, Any]:
     return True, cur
 
 
+@functools.lru_cache(maxsize=4096)
+def _json_element(text: str) -> Any:
+    """A ``k:``/``v:`` element's JSON, decoded once (callers only read it)."""
+    return json.loads(text)
+
+
+def _step(at: tuple[bool, Any], el: str) -> tuple[bool, Any]:
+    """One element of :func:`_lookup`'s walk, from the value at the parent path."""
+    found, cur = at
+    if not found or el == ".":
+        return at
+    if el.startswith("f:") and isinstance(cur, dict):
+        if el[2:] not in cur:
+            return False, None
+        return True, cur[el[2:]]
+    if el.startswith("k:") and isinstance(cur, list):
+        want = _json_element(el[2:])
+        for i in cur:
+            if isinstance(i, dict) and all(i.get(k) == v for k, v in want.items()):
+                return True, i
+        return False, None
+    if el.startswith("v:") and isinstance(cur, list):
+        val = _json_element(el[2:])
+        if val not in cur:
+            return False, None
+        return True, val
+    return False, None
+
+
+def _lookup_memo(obj: Any, path: Path, memo: dict[Path, tuple[bool, Any]]) -> tuple[bool, Any]:
+    """:func:`_lookup` with the value at every prefix kept in ``memo``: the paths of one object
+    share their prefixes, so each is one step from its parent's value instead of a walk from the
+    root (with a list scan and a JSON decode per keyed item on the way)."""
+    at = memo.get(path)
+    if at is None:
+        at = memo[path] = _step(_lookup_memo(obj, path[:-1], memo) if len(path) > 1 else (True, obj), path[-1])
+    return at
+
+
 def changed_paths(old: Obj | None, new: Obj, *, sub: str = "", has_status: bool = True) -> set[Path]:
     """Paths of ``new`` whose value differs from ``old`` (all of them on create), with ancestors."""
     paths = field_paths(new, sub=sub, has_status=has_status)
     if old is None:
         return paths
     out: set[Path] = set()
+    old_memo: dict[Path, tuple[bool, Any]] = {}
+    new_memo: dict[Path, tuple[bool, Any]] = {}
     for p in paths:
         if p[-1] == ".":
             continue
-        found, oldv = _lookup(old, p)
-        _f, newv = _lookup(new, p)
+        found, oldv = _lookup_memo(old, p, old_memo)
+        _f, newv = _lookup_memo(new, p, new_memo)
         if not found or oldv != newv:
             out.update(p[:i] for i in range(1, len(p) + 1))
             if p[-1].startswith("k:"):

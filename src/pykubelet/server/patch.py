@@ -195,6 +195,24 @@ def merge_patch(original: Any, patch: Any) -> Any:
     return json_merge_patch.merge(copy.deepcopy(original), copy.deepcopy(patch))
 
 
+def merge_patch_shared(original: Any, patch: Any) -> Any:
+    """:func:`merge_patch` (RFC 7386, as ``json_merge_patch.merge``) without copying: the dicts on
+    the patched paths are new, everything else is ``original``'s or ``patch``'s own.  For a
+    caller that rebuilds the result anyway (the typed decoding of a built-in kind makes every
+    container anew) and must not pay for a deep copy of the whole object first."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(original) if isinstance(original, dict) else {}
+    for key, value in patch.items():
+        if isinstance(value, dict):
+            result[key] = merge_patch_shared(result.get(key), value)
+        elif value is None:
+            result.pop(key, None)
+        else:
+            result[key] = value
+    return result
+
+
 def apply_patch(original: Any, patch: Any, patch_type: str) -> Any:
     if patch_type == "json":
         return json_patch(original, patch)

@@ -28,6 +28,7 @@ import logging
 import operator
 import posixpath
 import secrets
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,7 +65,7 @@ from pykubelet.server.errors import (
     not_found,
     success_status,
 )
-from pykubelet.server.patch import apply_patch, strategic_merge
+from pykubelet.server.patch import apply_patch, merge_patch_shared, strategic_merge
 from pykubelet.server.resources import BY_GVR, BY_KEY, ResourceInfo, namespaced_resources
 from pykubelet.server.selectors import parse_field_selector, parse_label_selector
 from pykubelet.server.services import ServiceAllocator, kubernetes_endpoints, validate_endpoint_slice
@@ -93,8 +94,18 @@ DEFAULT_STORAGE_CLASS: Obj = {
 STATUS_RESOURCES = {"pods", "nodes", "namespaces", "services", "certificatesigningrequests", "poddisruptionbudgets"}
 
 
+_last_second: list[Any] = [-1, ""]  # the last second formatted and its text
+
+
 def now_rfc3339(t: dt.datetime | None = None) -> str:
-    return (t or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 in whole seconds, as upstream's ``metav1.Time``; the current time's text is kept
+    for its second (every write stamps managedFields, and most creates a timestamp)."""
+    if t is not None:
+        return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+    sec = int(time.time())
+    if sec != _last_second[0]:
+        _last_second[:] = [sec, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(sec))]
+    return str(_last_second[1])
 
 
 @dataclass
@@ -200,6 +211,29 @@ class ListPage:
         return [d if o is r else dumps(o).encode() for o, r, d in zip(self.objs, self.raws, self.data, strict=True)]
 
 
+class Written:
+    """What a write answers: the object as the client sees it, as an object or as JSON, each made
+    on first use.  A write of a kind shown as stored answers with the bytes the store encoded for
+    the new revision (the same bytes lists and watch events send): the stored object is neither
+    decoded into a copy nor encoded a second time for the response."""
+
+    __slots__ = ("_data", "_obj")
+
+    def __init__(self, obj: Obj | None = None, data: bytes | None = None) -> None:
+        self._obj = obj
+        self._data = data
+
+    def obj(self) -> Obj:
+        if self._obj is None:
+            self._obj = json.loads(self._data or b"{}")
+        return self._obj
+
+    def encoded(self) -> bytes:
+        if self._data is None:
+            self._data = json.dumps(self._obj, separators=(",", ":")).encode()
+        return self._data
+
+
 class Registry:
     def __init__(self, store: Storage, pki: PKI, tokens: TokenAuth, authorizer: Authorizer) -> None:
         self.store = store
@@ -238,7 +272,7 @@ class Registry:
         if self.store.peek(sc_ri.key, "", DEFAULT_STORAGE_CLASS["metadata"]["name"]) is None:
             self._create_obj(sc_ri, "", copy.deepcopy(DEFAULT_STORAGE_CLASS), sys_ctx)
         rbac.ensure_defaults(lambda key, name: self.store.peek(key, "", name),
-                             lambda key, obj: self._create_obj(BY_KEY[key], "", obj, sys_ctx))
+                             lambda key, obj: self._create_obj(BY_KEY[key], "", copy.deepcopy(obj), sys_ctx))
         self._spawn(self.auth_admission.aggregation_loop())
         self.crds.load([o for _, o in self.store.iter_raw(crd.CRD_KEY)])
         admissionplugins.bootstrap(self.store, lambda r, o: self._create_obj(r, "", o, sys_ctx))
@@ -610,14 +644,18 @@ class Registry:
             raise invalid(ri.kind, name, errs, ri.group)
 
     def _managed(self, obj: Obj, ri: ResourceInfo, ctx: RequestContext, operation: str, sub: str = "",
-                 *, old: Obj | None = None, written: Obj | None = None) -> None:
+                 *, old: Obj | None = None, written: Obj | None = None,
+                 written_paths: set[managedfields.Path] | None = None) -> None:
         """Record the write in managedFields: for Apply the applied configuration's fields
         (``written``), for Update the fields whose value changed from ``old`` (or, on create,
-        those the request body set)."""
+        those the request body set).  ``written_paths``: the fields of ``written``, taken before
+        the object was defaulted (a create computes them then instead of keeping a copy)."""
         if not ctx.field_manager:
             return
         has_status = ri.resource in STATUS_RESOURCES or ri.sub("status") is not None
-        if operation == "Apply":
+        if written_paths is not None:
+            paths = written_paths
+        elif operation == "Apply":
             paths = managedfields.field_paths(written or obj, sub=sub, has_status=has_status)
         elif old is None:
             paths = managedfields.field_paths(written or obj, sub=sub, has_status=has_status)
@@ -631,7 +669,7 @@ class Registry:
             time=now_rfc3339(), paths=paths, sub=sub)
 
     # ---------------------------------------------------------------- create
-    async def create(self, ri: ResourceInfo, ns: str, body: Obj, ctx: RequestContext) -> tuple[Obj, list[str]]:
+    async def create(self, ri: ResourceInfo, ns: str, body: Obj, ctx: RequestContext) -> tuple[Written, list[str]]:
         warnings: list[str] = []
         self._check_type(ri, body)
         body = self._decode_as(ri, body, ctx, warnings)
@@ -641,8 +679,9 @@ class Registry:
         return created, warnings + ctx.admission_warnings
 
     def _create_obj(self, ri: ResourceInfo, ns: str, body: Obj, ctx: RequestContext,
-                    operation: str = "Update") -> Obj:
-        obj = copy.deepcopy(body)
+                    operation: str = "Update") -> Written:
+        """Create from ``body``, a decoded request body the write takes over (changed in place)."""
+        obj = body
         meta = obj.get("metadata")
         if meta is None:
             meta = obj["metadata"] = {}
@@ -662,7 +701,10 @@ class Registry:
         for k in ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink",
                   "managedFields"):
             meta.pop(k, None)
-        written = copy.deepcopy(obj)  # what the client set, before defaulting (for managedFields)
+        # what the client set, before defaulting (for managedFields)
+        written_paths = managedfields.field_paths(
+            obj, has_status=ri.resource in STATUS_RESOURCES or ri.sub("status") is not None) \
+            if ctx.field_manager else None
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
         if "spec" in obj or ri.resource in ("pods",):
@@ -721,16 +763,35 @@ class Registry:
         self.auth_admission.admit("CREATE", ri.group, ri.resource, "", ns, meta.get("name", ""), obj, None, ctx.user)
         self._validate(ri, obj, None)
         admissionplugins.admit_create(self.store, ri, ns, obj)  # ResourceQuota
-        self._managed(obj, ri, ctx, operation, written=written)
+        self._managed(obj, ri, ctx, operation, written_paths=written_paths)
         if ctx.dry_run:
-            return self.present(ri, obj)
-        stored = self.store.create(ri.key, ns if ri.namespaced else "", meta["name"], obj,
-                                   kind_name=ri.resource, group=ri.group)
+            return Written(self.present(ri, obj))
+        key_ns = ns if ri.namespaced else ""
+        fast = self._answers_stored(ri)
+        # ``obj`` is the decoded request body, made this write's own: handed over to the store
+        stored = self.store.create(ri.key, key_ns, meta["name"], obj, kind_name=ri.resource, group=ri.group,
+                                   decoded=not fast, owned=fast)
+        answer = self._answer(ri, key_ns, meta["name"], stored, fast)
         self.crds.after_write(ri, stored)
         admissionplugins.after_write(self.store, ri, ns)
         if ri.resource == "namespaces":
             self._namespace_children(meta["name"])
-        return self.present(ri, stored)
+        return answer
+
+    def _answers_stored(self, ri: ResourceInfo) -> bool:
+        """Whether a write of ``ri`` answers with the stored revision's bytes (see :class:`Written`):
+        kinds shown as stored, except CRDs, which the CRD registry keeps after the write."""
+        return self._shown_as_stored(ri) and ri.key != crd.CRD_KEY
+
+    def _answer(self, ri: ResourceInfo, key_ns: str, name: str, stored: Obj, fast: bool) -> Written:
+        """The response to a write just stored (``stored`` is the store's own object when ``fast``)."""
+        if fast and "kind" in stored and "apiVersion" in stored:
+            data = self.store.encoded(ri.key, key_ns, name)
+            if data is not None:
+                return Written(data=data)
+        if fast:
+            stored = copy.deepcopy(stored)
+        return Written(self.present(ri, stored))
 
     def _admit_pod(self, pod: Obj, ns: str, name: str, ctx: RequestContext) -> None:
         """ServiceAccount admission (on create only, as upstream), the other mutating plugins, then
@@ -749,12 +810,12 @@ class Registry:
 
     # ---------------------------------------------------------------- update
     async def update(self, ri: ResourceInfo, ns: str, name: str, sub: str, body: Obj,
-                     ctx: RequestContext) -> tuple[Obj, list[str]]:
+                     ctx: RequestContext) -> tuple[Written, list[str]]:
         warnings: list[str] = []
         if ri.virtual:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         if sub == "scale":
-            return self._write_scale(ri, ns, name, body, ctx, warnings), warnings
+            return Written(self._write_scale(ri, ns, name, body, ctx, warnings)), warnings
         self._check_type(ri, body)
         body = self._decode_as(ri, body, ctx, warnings)
         bmeta = body.get("metadata") or {}
@@ -786,12 +847,14 @@ class Registry:
         replicas = int((scale.get("spec") or {}).get("replicas") or 0)
         if (sv := self.crds.served(ri)) is not None:
             self.crds.set_replicas(sv, new, replicas)
-            return self.crds.to_scale(sv, self._update_obj(ri, ns, name, "", old, new, ctx, "Update"))
+            return self.crds.to_scale(sv, self._update_obj(ri, ns, name, "", old, new, ctx, "Update").obj())
         new.setdefault("spec", {})["replicas"] = replicas
-        return apps.to_scale(self._update_obj(ri, ns, name, "", old, new, ctx, "Update"))
+        return apps.to_scale(self._update_obj(ri, ns, name, "", old, new, ctx, "Update").obj())
 
     def _update_obj(self, ri: ResourceInfo, ns: str, name: str, sub: str, old: Obj, body: Obj,
-                    ctx: RequestContext, operation: str, applied: Obj | None = None) -> Obj:
+                    ctx: RequestContext, operation: str, applied: Obj | None = None) -> Written:
+        """Write ``body`` (a decoded request body or patch result the write takes over, changed in
+        place) over ``old`` (the stored object or a copy of it; only read)."""
         expected = str((body.get("metadata") or {}).get("resourceVersion") or "")
         if expected and (why := resource_version_error(expected, "metadata.resourceVersion")):
             raise bad_request(why)
@@ -804,7 +867,7 @@ class Registry:
             raise conflict(ri.resource, name, ri.group,
                            f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
                            f"{old['metadata'].get('uid')}")
-        new = self._prepare_update(ri, sub, old, copy.deepcopy(body))
+        new = self._prepare_update(ri, sub, old, body)
         if ri.resource == "pods" and ri.group == "" and sub == "":
             # Type defaults apply on every write (admission only on create), so a PUT that omits
             # defaulted fields is completed before the immutability check rather than rejected.
@@ -840,9 +903,12 @@ class Registry:
         self._validate(ri, new, validate_against, sub)
         self._managed(new, ri, ctx, operation, sub, old=old, written=applied)
         if ctx.dry_run:
-            return self.present(ri, new)
-        stored = self.store.update(ri.key, ns if ri.namespaced else "", name, new,
-                                   expected_rv=expected or None, kind_name=ri.resource, group=ri.group)
+            return Written(self.present(ri, new))
+        key_ns = ns if ri.namespaced else ""
+        fast = sub != "approval" and self._answers_stored(ri)
+        stored = self.store.update(ri.key, key_ns, name, new, expected_rv=expected or None,
+                                   kind_name=ri.resource, group=ri.group, decoded=not fast, owned=fast)
+        answer = self._answer(ri, key_ns, name, stored, fast) if fast else None
         self.crds.after_write(ri, stored)
         admissionplugins.after_write(self.store, ri, ns)
         if sub == "approval":
@@ -850,8 +916,8 @@ class Registry:
         meta = stored["metadata"]
         if meta.get("deletionTimestamp") and not meta.get("finalizers") and \
                 not meta.get("deletionGracePeriodSeconds") and ri.resource != "namespaces":
-            stored = self.store.delete(ri.key, ns if ri.namespaced else "", name)
-        return self.present(ri, stored)
+            return Written(self.present(ri, self.store.delete(ri.key, key_ns, name)))
+        return answer if answer is not None else Written(self.present(ri, stored))
 
     @staticmethod
     def _ephemeral_update(name: str, old: Obj, new: Obj) -> Obj:
@@ -880,13 +946,16 @@ class Registry:
         new["kind"] = old.get("kind", ri.kind)
         new["apiVersion"] = old.get("apiVersion", ri.api_version)
         has_status = ri.resource in STATUS_RESOURCES or ri.sub("status") is not None
-        if sub in ("status", "approval"):
+        if sub == "status":
+            # Only the top level and metadata are this write's own: the rest is read (validated,
+            # compared) and the store copies the object it keeps (Storage._with_rv).
+            result = {**old, "metadata": dict(ometa)}
+            result["status"] = new.get("status", {})
+            return result
+        if sub == "approval":
             result = copy.deepcopy(old)
-            if sub == "approval":
-                conds = ((new.get("status") or {}).get("conditions")) or []
-                result.setdefault("status", {})["conditions"] = conds
-            else:
-                result["status"] = new.get("status", {})
+            conds = ((new.get("status") or {}).get("conditions")) or []
+            result.setdefault("status", {})["conditions"] = conds
             # status updates may not touch metadata except what upstream resets anyway
             return result
         if sub == "finalize":
@@ -915,7 +984,7 @@ class Registry:
 
     # ---------------------------------------------------------------- patch
     async def patch(self, ri: ResourceInfo, ns: str, name: str, sub: str, body: Any, ptype: str,
-                    ctx: RequestContext) -> tuple[Obj, int, list[str]]:
+                    ctx: RequestContext) -> tuple[Written, int, list[str]]:
         warnings: list[str] = []
         if ri.virtual:
             raise StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
@@ -927,8 +996,12 @@ class Registry:
                              else apply_patch(cur_scale, body, ptype))
             if not isinstance(patched_scale, dict):
                 raise bad_request("patch result must be an object")
-            return self._write_scale(ri, ns, name, patched_scale, ctx, warnings), 200, warnings
-        current = self.store.get(ri.key, ns if ri.namespaced else "", name)
+            return Written(self._write_scale(ri, ns, name, patched_scale, ctx, warnings)), 200, warnings
+        # A status patch of a built-in kind only reads the current object (the patch functions copy
+        # what they change, _prepare_update makes the top level and metadata its own): no copy of
+        # it.  CRDs and custom resources are defaulted and pruned in place by their validation.
+        read_only = sub == "status" and ri.key != crd.CRD_KEY and self.crds.served(ri) is None
+        current = (self.store.peek if read_only else self.store.get)(ri.key, ns if ri.namespaced else "", name)
         if ptype == "apply":
             if not isinstance(body, dict):
                 raise bad_request("apply patch must be an object")
@@ -958,7 +1031,12 @@ class Registry:
         if current is None:
             raise not_found(ri.resource, name, ri.group)
         base = self.present(ri, current)
-        patched = apply_patch(base, body, ptype)
+        if read_only and ptype == "merge" and schema.root_model(ri.group, ri.kind) is not None:
+            # the typed decoding below makes every container of the result anew (the kubelet's
+            # status PATCH): no deep copy of the pod first
+            patched = merge_patch_shared(base, body)
+        else:
+            patched = apply_patch(base, body, ptype)
         if not isinstance(patched, dict):
             raise bad_request("patch result must be an object")
         patched = self._decode_as(ri, patched, ctx, warnings, patch=body)
@@ -1115,19 +1193,23 @@ class Registry:
         node = target.get("name")
         if not node:
             raise invalid("Binding", name, [("target.name", "Required value")])
-        pod = self._raw_get(pod_ri, ns, name)
-        if pod["metadata"].get("deletionTimestamp"):
+        stored = self.store.peek(pod_ri.key, ns, name)
+        if stored is None:
+            raise not_found(pod_ri.resource, name, pod_ri.group)
+        if stored["metadata"].get("deletionTimestamp"):
             raise conflict("pods", name, "", "pod is being deleted")
-        cur = (pod.get("spec") or {}).get("nodeName")
+        cur = (stored.get("spec") or {}).get("nodeName")
         if cur:
             raise conflict("pods", name, "", f"pod {name} is already assigned to node \"{cur}\"")
-        pod.setdefault("spec", {})["nodeName"] = node
-        conds = [c for c in (pod.setdefault("status", {}).get("conditions") or []) if c.get("type") != "PodScheduled"]
+        # new top level, spec and status; the rest is the stored pod's, which the store copies
+        status = dict(stored.get("status") or {})
+        conds = [c for c in (status.get("conditions") or []) if c.get("type") != "PodScheduled"]
         conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                       "lastTransitionTime": now_rfc3339()})
-        pod["status"]["conditions"] = conds
+        status["conditions"] = conds
+        pod = {**stored, "spec": {**(stored.get("spec") or {}), "nodeName": node}, "status": status}
         if not dry_run:
-            self.store.update("pods", ns, name, pod)
+            self.store.update("pods", ns, name, pod, decoded=False, owned=True)
         return success_status(), 201
 
     async def _evict(self, ns: str, name: str, body: Obj, ctx: RequestContext) -> tuple[Obj, int]:

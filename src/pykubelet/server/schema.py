@@ -115,6 +115,7 @@ _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-
 _B64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
 
 
+@functools.cache
 def go_name(model: str) -> str:
     """Go struct name of a client model: ``V1Container`` -> ``Container``,
     ``CoreV1EventSeries`` -> ``EventSeries``."""
@@ -141,6 +142,9 @@ def _parse(t: str) -> tuple[str, Any]:
     if t in _SCALARS:
         return ("scalar", t)
     return ("model", t)
+
+
+_STRING = _parse("string")
 
 
 def _go_type(t: tuple[str, Any]) -> str:
@@ -263,12 +267,19 @@ class _Walker:
         struct = go_name(model)
         out: dict[str, Any] = {}
         for k, v in obj.items():
-            p = f"{path}.{k}" if path else k
             t = fields.get(k)
             if t is None:
-                self.unknown.append(p)
+                self.unknown.append(f"{path}.{k}" if path else k)
                 continue
-            d = self.value(v, _parse(t), struct, f"{gopath}.{k}" if gopath else k, p)
+            pt = _parse(t)
+            # the common cases without the generic dispatch: a string field, a nested object
+            if pt is _STRING and type(v) is str:
+                out[k] = v
+                continue
+            if pt[0] == "model" and type(v) is dict:
+                out[k] = self.model(v, pt[1], f"{gopath}.{k}" if gopath else k, f"{path}.{k}" if path else k)
+                continue
+            d = self.value(v, pt, struct, f"{gopath}.{k}" if gopath else k, f"{path}.{k}" if path else k)
             if d is not None or t == "any":
                 out[k] = d
         return out

@@ -23,7 +23,8 @@ watchers happen atomically with respect to other coroutines.
 
 Copies.  The store keeps its own copy of each object (a ``deepcopy``: revisions share their
 strings) and its compact JSON per revision, for lists and watch events; what a write returns to
-its caller is that JSON decoded again (``json.loads`` is several times cheaper than ``deepcopy``).
+its caller is that JSON decoded again (``json.loads`` is several times cheaper than ``deepcopy``),
+or, for the API's writes, which answer with those very bytes, nothing (``decoded=False``).
 
 A watch with an equality field selector on ``spec.nodeName`` (every kubelet's pod watch) is indexed
 by that value, so a pod event is queued for the one node's watch instead of being matched, and
@@ -381,12 +382,17 @@ class Storage:
         return out if out.startswith(ENCRYPTED_PREFIX) else out.decode()
 
     @staticmethod
-    def _with_rv(obj: Obj, rv: int) -> tuple[Obj, bytes]:
+    def _with_rv(obj: Obj, rv: int, owned: bool = False) -> tuple[Obj, bytes]:
         """``obj`` at revision ``rv`` as the store keeps it (a copy of its own, the caller's object
         untouched) and as compact JSON.  The copy is a ``deepcopy``, which shares the strings with
         the caller's object and, through :meth:`get`, with the object's earlier revisions still in
         the watch history; a ``json.loads`` copy would give every revision strings of its own
-        (measured: +25 kB of server RSS per pod)."""
+        (measured: +25 kB of server RSS per pod).  ``owned``: the caller hands ``obj`` over and
+        never changes it or any part of it again, so only the top level and metadata (where the
+        revision goes) are copied; the rest is shared, as it may be with earlier revisions."""
+        if owned:
+            stored = {**obj, "metadata": {**(obj.get("metadata") or {}), "resourceVersion": str(rv)}}
+            return stored, json.dumps(stored, separators=(",", ":")).encode()
         stored = copy.deepcopy(obj)
         stored.setdefault("metadata", {})["resourceVersion"] = str(rv)
         return stored, json.dumps(stored, separators=(",", ":")).encode()
@@ -535,21 +541,26 @@ class Storage:
             raise
 
     def create(self, resource: str, namespace: str, name: str, obj: Obj, *, kind_name: str = "",
-               group: str = "") -> Obj:
+               group: str = "", decoded: bool = True, owned: bool = False) -> Obj:
+        """Store ``obj`` as a new object; returns a copy the caller may change, or with
+        ``decoded=False`` the store's own object (callers must not mutate it; :meth:`encoded`
+        gives its JSON): a write that answers with those bytes needs no copy.  ``owned``: see
+        :meth:`_with_rv`."""
         items = self._objects[resource]
         if (namespace, name) in items:
             raise already_exists(kind_name or resource, name, group)
         rv = self._next_rv()
-        obj, data = self._with_rv(obj, rv)
+        obj, data = self._with_rv(obj, rv, owned)
         self._persist(resource, namespace, name, data)
         items[(namespace, name)] = obj
         self._order.pop(resource, None)
         self._encoded[resource][(namespace, name)] = data
         self._emit(WatchEvent("ADDED", resource, namespace, name, rv, obj, _encoded=data))
-        return json.loads(data)
+        return json.loads(data) if decoded else obj
 
     def update(self, resource: str, namespace: str, name: str, obj: Obj, *, expected_rv: str | None = None,
-               kind_name: str = "", group: str = "") -> Obj:
+               kind_name: str = "", group: str = "", decoded: bool = True, owned: bool = False) -> Obj:
+        """Replace the stored object; ``decoded`` and ``owned`` as for :meth:`create`."""
         items = self._objects[resource]
         old = items.get((namespace, name))
         if old is None:
@@ -557,13 +568,13 @@ class Storage:
         if expected_rv and expected_rv != old["metadata"].get("resourceVersion"):
             raise conflict(kind_name or resource, name, group)
         rv = self._next_rv()
-        obj, data = self._with_rv(obj, rv)
+        obj, data = self._with_rv(obj, rv, owned)
         self._persist(resource, namespace, name, data)
         items[(namespace, name)] = obj
         self._encoded[resource][(namespace, name)] = data
         self._column_update(resource, (namespace, name), old, obj, data)
         self._emit(WatchEvent("MODIFIED", resource, namespace, name, rv, obj, old, _encoded=data))
-        return json.loads(data)
+        return json.loads(data) if decoded else obj
 
     def delete(self, resource: str, namespace: str, name: str, *, expected_rv: str | None = None,
                kind_name: str = "", group: str = "") -> Obj:
@@ -633,6 +644,8 @@ class Storage:
         w = Watcher(resource, namespace, limit=limit, client=client, index=index)
         if since is None:
             for (ns, name), obj in self.iter_raw(resource, namespace):
+                if index is not None and field_value(obj, index[0]) != index[1]:
+                    continue  # not the indexed value: the caller's selector drops it anyway
                 rv = int(obj["metadata"].get("resourceVersion", "0") or 0)
                 # stored objects are replaced, never changed in place, so the event may share them
                 w.queue.put_nowait(WatchEvent("ADDED", resource, ns, name, rv, obj,
@@ -640,9 +653,18 @@ class Storage:
         else:
             if since < self._floor:
                 raise expired(f"too old resource version: {since} ({self._floor})")
-            for ev in self._history:
-                if ev.rv > since and ev.resource == resource and (namespace is None or ev.namespace == namespace):
-                    w.queue.put_nowait(ev)
+            # The ring is in revision order: walk back from the newest to ``since`` (a resumed watch
+            # is usually a few events behind) instead of over the whole ring from its oldest.
+            newer: list[WatchEvent] = []
+            for ev in reversed(self._history):
+                if ev.rv <= since:
+                    break
+                if ev.resource == resource and (namespace is None or ev.namespace == namespace) and (
+                        index is None or field_value(ev.obj, index[0]) == index[1]
+                        or (ev.old is not None and field_value(ev.old, index[0]) == index[1])):
+                    newer.append(ev)
+            for ev in reversed(newer):
+                w.queue.put_nowait(ev)
         if index is None:
             self._watchers[resource].add(w)
         else:
