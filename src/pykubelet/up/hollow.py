@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from pykubelet.common import aio
 from pykubelet.up.supervisor import Backoff
 
 if TYPE_CHECKING:  # imported when used: `pykubelet up` imports this module, and should not pay for grpc
@@ -529,8 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.processes > 1:
             data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="pykubelet-hollow-")).absolute()
-            return asyncio.run(run_processes(args, argv, data_dir))
-        return asyncio.run(run(args))
+            return aio.run(run_processes(args, argv, data_dir))
+        return aio.run(run(args))
     except KeyboardInterrupt:
         return 130
 
