@@ -117,7 +117,8 @@ def reported_by_its_sync(event_type: PodLifecycleEventType, *, clean_start_repor
     emits ContainerStarted for what that sync just started, and the status was generated from that
     very view; a sync woken by it would find nothing to do. Any other event (a container already
     dead, one created but not started) still wakes the pod, as does a start that failed (retried at
-    once, as after upstream's next relist)."""
+    once, as after upstream's next relist) and one that started an init container (the pod's next
+    step: a started sidecar lets the app containers start)."""
     return clean_start_report and event_type is PodLifecycleEventType.CONTAINER_STARTED
 
 
@@ -315,7 +316,12 @@ class PodSyncer:
         self._last_sync[uid] = self.clock()
         if result.started:
             # report what we just started at once instead of after the next PLEG relist (up to 1 s)
-            clean = not result.error and not (result.actions is not None and result.actions.backoff)
+            # "clean": this sync's own re-read reports everything its start changed, so the
+            # ContainerStarted events of that re-read wake no second sync. Not when it started an init
+            # container: the pod's next step waits on that container's events (a sidecar's
+            # ContainerStarted lets the app containers start; nothing else would wake the pod).
+            actions = result.actions
+            clean = not result.error and not (actions is not None and (actions.backoff or actions.init_containers_to_start))
             rt = await self._refresh_after_start(pod, rt, result.made, clean=clean)
         elif result.actions is not None and not result.actions.kill_pod:
             # nothing changed in the runtime: refresh waiting reasons (CrashLoopBackOff, ...) now
