@@ -277,21 +277,32 @@ class _Connection(asyncio.Protocol):
 
     # ---------------------------------------------------------------- calls
 
-    async def call(self, header_block: bytes, message: bytes, seconds: float | None) -> bytes:
-        loop = self._loop or asyncio.get_running_loop()
+    async def _wait_for_slot(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait while the peer's limit of concurrent streams is reached; ``_Retry`` once this
+        connection cannot take new streams (closed, GOAWAY, stream ids used up)."""
         while len(self.streams) >= self.max_concurrent and self.usable:
             w = loop.create_future()
             self._slot_waiters.append(w)
             await w
         if not self.usable:
             raise _Retry
+
+    def _new_stream(self, loop: asyncio.AbstractEventLoop, seconds: float | None, sink: _Sink | None = None) -> _Stream:
+        """Register the next stream (its deadline timer armed); the caller sends its request."""
         sid = self._next_id
         self._next_id += 2
-        fut: asyncio.Future[bytes] = loop.create_future()
-        st = _Stream(sid, fut, self._initial_window)
+        st = _Stream(sid, loop.create_future(), self._initial_window, sink)
         self.streams[sid] = st
         if seconds is not None:
             st.timer = loop.call_at(loop.time() + seconds, self._expire, st)
+        return st
+
+    async def call(self, header_block: bytes, message: bytes, seconds: float | None) -> bytes:
+        loop = self._loop or asyncio.get_running_loop()
+        if len(self.streams) >= self.max_concurrent or not self.usable:  # the hot path awaits nothing here
+            await self._wait_for_slot(loop)
+        st = self._new_stream(loop, seconds)
+        sid, fut = st.id, st.fut
         try:
             n = len(message)
             if n and n <= self.send_window and n <= st.send_window and n <= self._max_frame:
@@ -317,19 +328,9 @@ class _Connection(asyncio.Protocol):
         The caller reads ``st.sink`` and ``st.fut`` (:class:`StreamCall`) and must ``cancel`` the
         stream if it stops reading before the end."""
         loop = self._loop or asyncio.get_running_loop()
-        while len(self.streams) >= self.max_concurrent and self.usable:
-            w = loop.create_future()
-            self._slot_waiters.append(w)
-            await w
-        if not self.usable:
-            raise _Retry
-        sid = self._next_id
-        self._next_id += 2
-        st = _Stream(sid, loop.create_future(), self._initial_window, _Sink())
-        self.streams[sid] = st
-        if seconds is not None:
-            st.timer = loop.call_at(loop.time() + seconds, self._expire, st)
-        self._send(_frame(_HEADERS, _END_HEADERS, sid, header_block))
+        await self._wait_for_slot(loop)
+        st = self._new_stream(loop, seconds, _Sink())
+        self._send(_frame(_HEADERS, _END_HEADERS, st.id, header_block))
         try:
             await self._send_data(st, message)
         except asyncio.CancelledError:
