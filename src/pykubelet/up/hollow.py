@@ -71,10 +71,9 @@ from pykubelet.common import aio
 from pykubelet.up.supervisor import Backoff
 
 if TYPE_CHECKING:  # imported when used: `pykubelet up` imports this module, and should not pay for grpc
-    import grpc.aio
-
     from pykubelet.agent.config import AgentOptions
     from pykubelet.fakecri import FakeRuntime
+    from pykubelet.fakecri.server import FakeCRIServer
 
 log = logging.getLogger("pykubelet.hollow")
 
@@ -145,7 +144,7 @@ class HollowNode:
     socket: Path
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     runtime: FakeRuntime | None = None
-    server: grpc.aio.Server | None = None  # with --cri grpc
+    server: FakeCRIServer | None = None  # with --cri grpc
     task: asyncio.Task[None] | None = None
     restarts: int = 0
 

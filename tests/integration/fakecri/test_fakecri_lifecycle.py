@@ -15,6 +15,7 @@ import pytest
 
 from pykubelet.cri import CRIClient, CRIError, StatusCode, pb
 from pykubelet.fakecri import FakeRuntime, serve
+from pykubelet.fakecri.runtime import Context
 
 
 class Clock:
@@ -367,3 +368,36 @@ def test_main_serves_until_sigterm(sockdir: str) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+class SlowToUnwindRuntime(FakeRuntime):
+    """A ListPodSandbox that is still busy when the server stops, and slow to unwind once cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.unwound = False
+
+    async def ListPodSandbox(self, request: pb.ListPodSandboxRequest, context: Context) -> pb.ListPodSandboxResponse:
+        self.entered.set()
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(0.3)  # a handler whose cancellation takes a while to reach its end
+            self.unwound = True
+        return await super().ListPodSandbox(request, context)
+
+
+async def test_stopping_the_fake_runtime_leaves_none_of_its_handlers_running(sockdir: str) -> None:
+    sock = os.path.join(sockdir, "stop.sock")
+    rt = SlowToUnwindRuntime()
+    server, _ = await serve(sock, rt)
+    client = CRIClient(sock, timeout=10)
+    await client.connect(wait=5)
+    call = asyncio.create_task(client.list_pod_sandbox())
+    await asyncio.wait_for(rt.entered.wait(), 5)
+    call.cancel()
+    await asyncio.gather(call, return_exceptions=True)
+    await client.close()
+    await server.stop(0)
+    assert rt.unwound
