@@ -10,6 +10,11 @@ What it follows from upstream client-go:
   resolved against the kubeconfig's folder.
 - errors: a non-2xx answer carries a ``Status`` object; it becomes ``ApiError`` with code, reason and
   message, so callers branch on ``err.status == 404`` or ``err.reason == "AlreadyExists"``.
+- transport: the unary verbs (request/get/list/create/replace/patch/delete) go through a lean
+  HTTP/1.1 keep-alive pool (``common/http1.py``: one prebuilt write, the answer parsed by httptools in
+  the protocol callback, net/http's retry rules), at about half aiohttp's client CPU per call
+  (docs/benchmarks-scale.md, "API client"); watches stream through aiohttp. A ``tokenFile`` is read
+  again at most once a minute, as client-go's cachingTokenSource.
 - watch: chunked JSON lines of ``{"type", "object"}``; an ``ERROR`` event whose Status code is 410 is
   raised as ``ApiError(410)`` so the caller relists (the reflector pattern); BOOKMARK events are
   passed through so callers can advance their resourceVersion.
@@ -23,14 +28,25 @@ import json
 import os
 import ssl
 import tempfile
+import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
 import yaml
 
+from pykubelet.common.http1 import Http1Pool
+
 Obj = dict[str, Any]
+
+# What stays unencoded in a request path: RFC 3986 pchar plus "/" and "?" (a caller's own query)
+# and "%" (a caller's own escapes), as yarl kept them for aiohttp.
+_PATH_SAFE = "/?:@!$&'()*+,;=-._~%"
+# Methods whose request carries a body by definition: without one they say ``Content-Length: 0``
+# (Go's net/http does the same for an empty POST, PUT or PATCH).
+_BODY_EXPECTED = frozenset({"POST", "PUT", "PATCH"})
 
 _PATCH_TYPES = {
     "merge": "application/merge-patch+json",
@@ -38,6 +54,12 @@ _PATCH_TYPES = {
     "json": "application/json-patch+json",
     "apply": "application/apply-patch+yaml",
 }
+
+
+# How long a token read from a file is used before the file is read again: client-go's
+# cachingTokenSource (transport/token_source.go) keeps a file's token for a minute, so a rotated
+# projected token is picked up within a minute without a read per request.
+TOKEN_FILE_REREAD_SECONDS = 60.0
 
 
 class ApiError(Exception):
@@ -80,6 +102,8 @@ class ApiClient:
         self.server = server.rstrip("/")
         self._token = token
         self._token_file = token_file
+        self._file_token: str | None = None
+        self._token_file_read: float | None = None
         self._headers = {"User-Agent": user_agent, "Accept": "application/json"}
         self._ssl: ssl.SSLContext | bool = False
         if self.server.startswith("https://"):
@@ -94,9 +118,23 @@ class ApiClient:
         # one bounded pool enough watches would starve the requests, and an unbounded request pool
         # costs ~300 kB per connection (asyncio's 256 kB TLS read buffer + OpenSSL's state) for as
         # many connections as requests were ever in flight at once (upstream's client-go shares one
-        # HTTP/2 connection).
+        # HTTP/2 connection). Idle request connections close after 15 s (common/http1.py).
         self._max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None
+        # Unary calls (everything but watch) go through a lean HTTP/1.1 pool (common/http1.py: aiohttp
+        # was ~20 % of the agent's CPU at a 1,000-pod start); watches stream through aiohttp.
+        url = urlsplit(self.server)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"API server URL {server!r}: expected http(s)://host[:port]")
+        self._host = url.hostname
+        self._port = url.port or (443 if url.scheme == "https" else 80)
+        self._base_path = url.path.rstrip("/")
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        if url.port is not None:
+            host += f":{url.port}"
+        self._head = f"Host: {host}\r\nUser-Agent: {user_agent}\r\nAccept: application/json\r\n"
+        self._auth_for: str | None = None
+        self._auth_cached = ""
+        self._pool: Http1Pool | None = None
         self._watch_session: aiohttp.ClientSession | None = None
         self._tmpfiles: list[str] = []
         self._closing: set[asyncio.Task[None]] = set()
@@ -160,22 +198,48 @@ class ApiClient:
 
     # --- plumbing -----------------------------------------------------------------------------
 
+    def _bearer(self) -> str | None:
+        """The token to present: the inline one, or the token file's, read again at most once per
+        ``TOKEN_FILE_REREAD_SECONDS`` (client-go's cachingTokenSource). A file that cannot be read
+        keeps the last token it gave, as upstream; with none yet, the error is the caller's."""
+        if not self._token_file:
+            return self._token
+        now = time.monotonic()
+        if self._token_file_read is None or now - self._token_file_read >= TOKEN_FILE_REREAD_SECONDS:
+            try:
+                token = Path(self._token_file).read_text().strip()
+            except OSError:
+                if self._file_token is None:
+                    raise
+                token = self._file_token
+            self._file_token = token
+            self._token_file_read = now
+        return self._file_token
+
     def _auth_headers(self) -> dict[str, str]:
-        token = self._token
-        if self._token_file:
-            token = Path(self._token_file).read_text().strip()
+        token = self._bearer()
         return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _auth_line(self) -> str:
+        token = self._bearer()
+        if token != self._auth_for:
+            self._auth_for = token
+            self._auth_cached = f"Authorization: Bearer {token}\r\n" if token else ""
+        return self._auth_cached
+
+    def _unary_pool(self) -> Http1Pool:
+        pool = self._pool
+        if pool is None or pool.closed or pool.loop is not asyncio.get_running_loop():
+            pool = self._pool = Http1Pool(
+                self._host, self._port, self._ssl if isinstance(self._ssl, ssl.SSLContext) else None,
+                self._max_connections)
+        return pool
 
     def _new_session(self, limit: int) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=self._ssl, limit=limit),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
         )
-
-    def _sess(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = self._new_session(self._max_connections)
-        return self._session
 
     def _watch_sess(self) -> aiohttp.ClientSession:
         if self._watch_session is None or self._watch_session.closed:
@@ -188,18 +252,23 @@ class ApiClient:
         dropped (upstream's ``closeAllConns``); callers retry or re-watch as after any reconnect."""
         if isinstance(self._ssl, ssl.SSLContext):
             self._ssl.load_cert_chain(cert_file, key_file)
-        for old in (self._session, self._watch_session):
-            if old is not None and not old.closed:
-                task = asyncio.get_running_loop().create_task(old.close())
-                self._closing.add(task)
-                task.add_done_callback(self._closing.discard)
-        self._session = self._watch_session = None
+        if self._pool is not None:
+            self._pool.drop_connections()
+        old = self._watch_session
+        if old is not None and not old.closed:
+            task = asyncio.get_running_loop().create_task(old.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        self._watch_session = None
 
     async def close(self) -> None:
-        for sess in (self._session, self._watch_session):
-            if sess is not None:
-                await sess.close()
-        self._session = self._watch_session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+            await asyncio.sleep(0)  # the transports' connection_lost callbacks run
+        if self._watch_session is not None:
+            await self._watch_session.close()
+        self._watch_session = None
 
     async def __aenter__(self) -> ApiClient:
         return self
@@ -224,34 +293,41 @@ class ApiClient:
         params: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str | None = None,
-        timeout: float | None = 60.0,  # noqa: ASYNC109 - a per-request HTTP timeout, passed to aiohttp
+        timeout: float | None = 60.0,  # noqa: ASYNC109 - a per-request HTTP timeout over the whole call
     ) -> Obj:
         """One API call; returns the decoded JSON body or raises ``ApiError``."""
-        headers = {**self._headers, **self._auth_headers()}
         data: bytes | None = None
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
-            headers["Content-Type"] = content_type or "application/json"
+        message = self._message(method, path, params, data, content_type or "application/json")
         try:
-            async with self._sess().request(
-                method,
-                self.server + path,
-                params=self._params(params),
-                data=data,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=timeout),
-            ) as resp:
-                text = await resp.text()
-                if resp.status >= 400:
-                    raise ApiError.from_body(resp.status, text)
-                if not text:
-                    return {}
-                result = json.loads(text)
-                return result if isinstance(result, dict) else {"items": result}
-        except aiohttp.ClientError as e:
-            raise ApiError(0, "ConnectionError", f"{method} {path}: {e}") from e
+            resp = await self._unary_pool().request(method, message, timeout)
         except TimeoutError as e:
             raise ApiError(0, "Timeout", f"{method} {path}: timed out") from e
+        except OSError as e:
+            raise ApiError(0, "ConnectionError", f"{method} {path}: {e}") from e
+        if resp.status >= 400:
+            raise ApiError.from_body(resp.status, resp.body.decode("utf-8", "replace"))
+        if not resp.body:
+            return {}
+        result = json.loads(resp.body)
+        return result if isinstance(result, dict) else {"items": result}
+
+    def _message(
+        self, method: str, path: str, params: Mapping[str, Any] | None, data: bytes | None, content_type: str
+    ) -> bytes:
+        """The whole HTTP/1.1 request: request line, headers, body. The path is percent-encoded where
+        it must be (as yarl did for aiohttp), so no caller's string can end the request line."""
+        target = self._base_path + quote(path, safe=_PATH_SAFE)
+        query = self._params(params)
+        if query:
+            target += ("&" if "?" in target else "?") + urlencode(query, quote_via=quote)
+        head = f"{method} {target} HTTP/1.1\r\n{self._head}{self._auth_line()}"
+        if data is None:
+            if method in _BODY_EXPECTED:
+                head += "Content-Length: 0\r\n"
+            return (head + "\r\n").encode()
+        return (head + f"Content-Type: {content_type}\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data
 
     async def get(self, path: str, params: Mapping[str, Any] | None = None) -> Obj:
         return await self.request("GET", path, params=params)
