@@ -238,7 +238,9 @@ def parse_json(raw: bytes) -> Body:
         obj = json.loads(raw, object_pairs_hook=pairs, parse_constant=_reject_constant)
     except RecursionError as e:
         raise ValueError("exceeded max depth") from e
-    if _depth_exceeded(obj):
+    # Nesting needs an opening bracket per level: a body with no more brackets than the limit in
+    # all (strings included) cannot exceed it, and the walk over every value is not needed.
+    if raw.count(b"{") + raw.count(b"[") > MAX_DEPTH and _depth_exceeded(obj):
         raise ValueError("exceeded max depth")
     return Body(obj, dups)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -229,15 +230,28 @@ def csr_subject(csr_pem: bytes) -> tuple[str, list[str]]:
     return (str(cn[0]) if cn else ""), [str(o) for o in orgs]
 
 
-def user_from_peercert(der: bytes | None) -> UserInfo | None:
-    if not der:
-        return None
+@functools.lru_cache(maxsize=1024)
+def _cert_user(der: bytes) -> tuple[str, tuple[str, ...]] | None:
+    """(common name, organizations) of a DER client certificate; parsed once per certificate
+    (every request over a client-certificate connection presents the same bytes, and each
+    kubelet sends a dozen requests per pod).  A certificate that does not parse raises, and is
+    not remembered."""
     cert = x509.load_der_x509_certificate(der)
     cn = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
     orgs = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
     if not cn:
         return None
-    return UserInfo(cn[0], "", [*orgs, "system:authenticated"])
+    return cn[0], tuple(orgs)
+
+
+def user_from_peercert(der: bytes | None) -> UserInfo | None:
+    """The user a verified client certificate names (CN, O as groups); a new object per call."""
+    if not der:
+        return None
+    named = _cert_user(bytes(der))
+    if named is None:
+        return None
+    return UserInfo(named[0], "", [*named[1], "system:authenticated"])
 
 
 # ------------------------------------------------------------------ tokens

@@ -169,8 +169,17 @@ def changed_paths(old: Obj | None, new: Obj, *, sub: str = "", has_status: bool 
     return out
 
 
+class FieldsTree(dict[str, Any]):
+    """A FieldsV1 tree :func:`to_fields_v1` built: canonical (see :func:`_canonical`) by
+    construction.  Encoded, copied and compared as the plain map it is; nothing changes a
+    managedFields tree in place, so the mark stays true for as long as the object lives (a tree
+    read back from storage or sent by a client is a plain map and is checked instead)."""
+
+    __slots__ = ()
+
+
 def to_fields_v1(paths: set[Path]) -> Obj:
-    tree: Obj = {}
+    tree: Obj = FieldsTree()
     for p in sorted(paths):
         node = tree
         for el in p:
@@ -180,12 +189,44 @@ def to_fields_v1(paths: set[Path]) -> Obj:
 
 def from_fields_v1(tree: Any, prefix: Path = ()) -> set[Path]:
     out: set[Path] = set()
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            p = (*prefix, str(k))
-            out.add(p)
-            out |= from_fields_v1(v, p)
+    stack: list[tuple[Any, Path]] = [(tree, prefix)]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, dict):
+            for k, v in node.items():
+                p = (*at, str(k))
+                out.add(p)
+                stack.append((v, p))
     return out
+
+
+def _canonical(tree: Any) -> bool:
+    """Whether ``tree`` is what :func:`to_fields_v1` makes of its own paths (every value a map,
+    the keys of each sorted strings): rebuilding it from :func:`from_fields_v1` would change
+    nothing, not even the key order."""
+    if type(tree) is FieldsTree:
+        return True
+    stack: list[Any] = [tree]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            return False
+        if node:
+            keys = list(node)
+            if keys != sorted(keys) or not all(type(k) is str for k in keys):
+                return False
+            stack.extend(node.values())
+    return True
+
+
+def _has_path(tree: Any, path: Path) -> bool:
+    """``path in from_fields_v1(tree)``, by a walk down ``tree``."""
+    node = tree
+    for el in path:
+        if not isinstance(node, dict) or el not in node:
+            return False
+        node = node[el]
+    return True
 
 
 def _remove_one(obj: Obj, p: Path) -> bool:
@@ -263,26 +304,47 @@ def record(managed: list[Obj], *, manager: str, operation: str, api_version: str
     """The new managedFields list after ``manager`` wrote ``paths`` with ``operation``.
 
     Apply replaces the manager's set with what it applied; Update adds the changed fields to
-    its set and takes them away from every other manager (entries left empty are dropped)."""
+    its set and takes them away from every other manager (entries left empty are dropped).
+
+    An entry (or the writer's own set) that the write leaves as it was keeps its tree as it is
+    instead of a tree rebuilt from its paths, when that tree is canonical (:func:`_canonical`):
+    the rebuilt one would be equal to it, key order included.  A kubelet's status PATCH touches
+    none of the creator's fields and mostly fields it already owns: the pod's field trees were
+    rebuilt on every one of them."""
     out: list[Obj] = []
-    prior: set[Path] = set()
+    prior_tree: Any = None
+    firsts: set[str] | None = None  # the top-level elements of ``paths``
     for e in managed:
         if not isinstance(e, dict):
             continue
         if e.get("manager") == manager and e.get("operation") == operation and e.get("subresource", "") == sub:
-            prior = entry_paths(e)
+            prior_tree = e.get("fieldsV1") or {}
             continue
         if operation == "Update" and paths:
-            kept = entry_paths(e) - paths
-            if not kept:
-                continue
-            e = {**e, "fieldsV1": to_fields_v1(kept)}
+            tree = e.get("fieldsV1") or {}
+            if firsts is None:
+                firsts = {p[0] for p in paths if p}
+            if not (tree and isinstance(tree, dict) and _canonical(tree) and (
+                    firsts.isdisjoint(tree) or not any(_has_path(tree, p) for p in paths))):
+                kept = from_fields_v1(tree) - paths
+                if not kept:
+                    continue
+                e = {**e, "fieldsV1": to_fields_v1(kept)}
         out.append(e)
-    mine = paths if operation == "Apply" else prior | paths
-    if not mine and operation == "Update":
-        return out
+    fields: Obj
+    if operation == "Apply" or not prior_tree:
+        if not paths and operation == "Update":
+            return out
+        fields = to_fields_v1(paths)
+    elif _canonical(prior_tree) and all(_has_path(prior_tree, p) for p in paths):
+        fields = prior_tree  # nothing new: the same set, the same tree
+    else:
+        mine = from_fields_v1(prior_tree) | paths
+        if not mine:
+            return out
+        fields = to_fields_v1(mine)
     entry: Obj = {"manager": manager, "operation": operation, "apiVersion": api_version, "time": time,
-                  "fieldsType": "FieldsV1", "fieldsV1": to_fields_v1(mine)}
+                  "fieldsType": "FieldsV1", "fieldsV1": fields}
     if sub:
         entry["subresource"] = sub
     out.append(entry)

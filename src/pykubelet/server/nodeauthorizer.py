@@ -23,6 +23,7 @@ the job in two, and so do we:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -240,9 +241,25 @@ class NodeAuthorizer:
             if req.verb != "create" and req.name != node:
                 return None, "can only access node lease with the same name as the requesting node"
             return True, ""
-        if any(rule_allows(r, req) for r in NODE_RULES):
+        if _node_rules_allow(req.verb, req.resource_request, req.api_group, req.resource, req.subresource,
+                             req.name if _NODE_RULES_NAME_RESOURCES else "",
+                             "" if req.resource_request else req.path):
             return True, ""
         return None, ""
+
+
+# NodeRules() name no resources (no resourceNames): the name is then no part of a rule's answer
+_NODE_RULES_NAME_RESOURCES = any(r.get("resourceNames") for r in NODE_RULES)
+
+
+@functools.lru_cache(maxsize=1024)
+def _node_rules_allow(verb: str, resource_request: bool, api_group: str, resource: str, subresource: str,
+                      name: str, path: str) -> bool:
+    """Whether any of the static node rules covers the request, remembered per request shape
+    (``rule_allows`` reads nothing else of the request; a kubelet asks the same few questions
+    for every pod)."""
+    req = Request("", [], verb, "", api_group, resource, subresource, name, path, resource_request)
+    return any(rule_allows(r, req) for r in NODE_RULES)
 
 
 # ------------------------------------------------------------------ NodeRestriction admission

@@ -540,10 +540,12 @@ class Registry:
                               f"because it is being terminated", kind=ri.resource)
 
     def _decode(self, group: str, version: str, kind: str, obj: Obj, ctx: RequestContext, warnings: list[str], *,
-                patch: Any = None, apply: bool = False) -> Obj:
+                patch: Any = None, apply: bool = False, decoded: Obj | None = None) -> Obj:
         """Typed decoding of a body (or, with ``patch``, of the patched object) as upstream's
         handlers do: wrong types are 400 (422 for a patch whose result does not decode, as
-        upstream's patcher reports it), unknown and duplicate fields per ``fieldValidation``."""
+        upstream's patcher reports it), unknown and duplicate fields per ``fieldValidation``.
+        ``decoded``: the stored object a patch result shares its untouched parts with
+        (``schema.decode``)."""
         model = schema.root_model(group, kind)
         sv = self.crds.served_kind(group, version, kind) if model is None else None
         if model is None and sv is None:
@@ -551,7 +553,8 @@ class Registry:
                 warnings.extend(crd.crd_warnings(obj))  # CEL rules are not evaluated: say so
             return obj
         try:
-            decoded = schema.decode(obj, model) if model is not None else self.crds.decode(sv, obj)  # type: ignore[arg-type]
+            result = (schema.decode(obj, model, decoded=decoded) if model is not None
+                      else self.crds.decode(sv, obj))  # type: ignore[arg-type]
         except schema.DecodeError as e:
             if patch is not None and not apply:
                 shown = json.dumps(patch, separators=(",", ":"))
@@ -559,7 +562,7 @@ class Registry:
             if apply:
                 raise bad_request(f"failed to create typed patch object ({group}/{version}, Kind={kind}): {e}") from e
             raise bad_request(f'{kind} in version "{version}" cannot be handled as a {kind}: {e}') from e
-        strict = [f'unknown field "{u}"' for u in decoded.unknown]
+        strict = [f'unknown field "{u}"' for u in result.unknown]
         strict += [f'duplicate field "{d}"' for d in schema.duplicate_paths(patch if patch is not None else obj,
                                                                             ctx.duplicates)]
         if strict:
@@ -570,7 +573,7 @@ class Registry:
                 raise bad_request(msg)
             if ctx.field_validation == "Warn":
                 warnings.extend(strict)
-        return dict(decoded.obj)
+        return dict(result.obj)
 
     def _decode_as(self, ri: ResourceInfo, obj: Obj, ctx: RequestContext, warnings: list[str], **kw: Any) -> Obj:
         return self._decode(ri.group, ri.version, ri.kind, obj, ctx, warnings, **kw)
@@ -1031,15 +1034,19 @@ class Registry:
         if current is None:
             raise not_found(ri.resource, name, ri.group)
         base = self.present(ri, current)
+        shared: Obj | None = None
         if read_only and ptype == "merge" and schema.root_model(ri.group, ri.kind) is not None:
             # the typed decoding below makes every container of the result anew (the kubelet's
-            # status PATCH): no deep copy of the pod first
+            # status PATCH): no deep copy of the pod first.  The fields the patch leaves alone
+            # are the stored object's own, decoded when it was written: not walked again (a
+            # status write keeps only the status of the result anyway).
             patched = merge_patch_shared(base, body)
+            shared = base
         else:
             patched = apply_patch(base, body, ptype)
         if not isinstance(patched, dict):
             raise bad_request("patch result must be an object")
-        patched = self._decode_as(ri, patched, ctx, warnings, patch=body)
+        patched = self._decode_as(ri, patched, ctx, warnings, patch=body, decoded=shared)
         pmeta = patched.get("metadata") or {}
         if isinstance(pmeta, dict) and pmeta.get("name", name) != name:
             raise invalid(ri.kind, name, [("metadata.name", "Invalid value: field is immutable")], ri.group)

@@ -31,6 +31,7 @@ import base64
 import binascii
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -262,7 +263,8 @@ class _Walker:
             return v
         raise AssertionError(f"unknown scalar {name}")  # pragma: no cover - table is generated
 
-    def model(self, obj: dict[str, Any], model: str, gopath: str, path: str) -> dict[str, Any]:
+    def model(self, obj: dict[str, Any], model: str, gopath: str, path: str,
+              decoded: Mapping[str, Any] | None = None) -> dict[str, Any]:
         fields = apitypes.TYPES[model]
         struct = go_name(model)
         out: dict[str, Any] = {}
@@ -272,6 +274,9 @@ class _Walker:
                 self.unknown.append(f"{path}.{k}" if path else k)
                 continue
             pt = _parse(t)
+            if decoded is not None and pt[0] == "model" and type(v) is dict and decoded.get(k) is v:
+                out[k] = v  # this very object was decoded before (see decode's ``decoded``)
+                continue
             # the common cases without the generic dispatch: a string field, a nested object
             if pt is _STRING and type(v) is str:
                 out[k] = v
@@ -315,11 +320,17 @@ def root_model(group: str, kind: str) -> str | None:
     return ROOTS.get((group, kind))
 
 
-def decode(obj: dict[str, Any], model: str) -> Decoded:
+def decode(obj: dict[str, Any], model: str, *, decoded: Mapping[str, Any] | None = None) -> Decoded:
     """Decode ``obj`` as ``model``: the pruned, normalised object plus the paths of unknown
-    fields.  Raises :class:`DecodeError` on the first value of the wrong type."""
+    fields.  Raises :class:`DecodeError` on the first value of the wrong type.
+
+    ``decoded``: an object of the same model that is itself a decoding result (a stored object).
+    A top-level object field of ``obj`` that *is* (identity, not equality) that object's value of
+    the field is taken as it is, unwalked and shared: decoding a decoded value gives it back with
+    nothing unknown, so only the walk is saved.  A status PATCH merges into the stored pod and
+    keeps its ``spec`` as the very same object."""
     w = _Walker()
-    out = w.model(obj, model, "", "")
+    out = w.model(obj, model, "", "", decoded)
     return Decoded(out, w.unknown)
 
 
