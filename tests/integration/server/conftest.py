@@ -38,7 +38,7 @@ class Kubectl:
             out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin is not None else None), limit_s)
         except TimeoutError:
             proc.kill()
-            await proc.wait()
+            await proc.communicate()
             raise
         return proc.returncode or 0, out.decode(), err.decode()
 

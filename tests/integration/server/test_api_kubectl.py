@@ -127,7 +127,7 @@ async def test_get_pods_watch(kubectl: Kubectl, http: Http) -> None:
         assert "ADDED" in events and "MODIFIED" in events and events[-1] == "DELETED"
     finally:
         proc.kill()
-        await proc.wait()
+        await proc.communicate()  # reads the pipes to their end, so their transport closes on this loop
 
 
 async def test_create_apply_client_and_server_side(kubectl: Kubectl, tmp_path: Any) -> None:

@@ -344,10 +344,10 @@ async def test_kopf_operator_reconciles_a_custom_resource(tmp_path: Path) -> Non
         finally:
             proc.terminate()
             try:
-                await asyncio.wait_for(proc.wait(), 15)
+                await asyncio.wait_for(proc.communicate(), 15)  # to the pipe's end: its transport closes here
             except TimeoutError:
                 proc.kill()
-                await proc.wait()
+                await proc.communicate()
             await http.close()
 
 
