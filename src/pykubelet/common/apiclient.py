@@ -375,11 +375,16 @@ class ApiClient:
             ) as resp:
                 if resp.status >= 400:
                     raise ApiError.from_body(resp.status, await resp.text())
+                # One split per chunk: splitting one line off at a time copied the rest of the buffer
+                # for every event, quadratic in the events a chunk holds (a burst of 1,000 pods).
                 buf = b""
                 async for chunk in resp.content.iter_any():
-                    buf += chunk
-                    while b"\n" in buf:
-                        line, buf = buf.split(b"\n", 1)
+                    if b"\n" not in chunk:
+                        buf += chunk
+                        continue
+                    lines = (buf + chunk if buf else chunk).split(b"\n")
+                    buf = lines.pop()
+                    for line in lines:
                         if not line.strip():
                             continue
                         event = json.loads(line)

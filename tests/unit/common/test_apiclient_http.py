@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import gzip
+import itertools
 import json
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -391,5 +392,27 @@ async def test_tls_with_a_client_certificate_and_its_reload(tmp_path: Path) -> N
         async with ApiClient(url, insecure_skip_verify=True, cert_file=str(pki["old-client"]),
                              key_file=str(pki["old-client.key"])) as api:
             assert (await api.get("/api"))["cn"] == "old-client"
+    finally:
+        await server.close()
+
+
+async def test_watch_events_arrive_whole_however_the_stream_is_cut() -> None:
+    events = [{"type": "ADDED", "object": {"metadata": {"name": f"p{i}"}, "data": "x" * (i * 37)}} for i in range(40)]
+    stream = b"".join(json.dumps(e).encode() + b"\n" + (b"\n" if i % 7 == 0 else b"") for i, e in enumerate(events))
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        cuts = [0, 5, 6, 300, 301, 2000, len(stream) - 3, len(stream)]  # one byte, mid-line, many lines at once
+        for a, b in itertools.pairwise(cuts):
+            await resp.write(stream[a:b])
+            await asyncio.sleep(0.01)
+        return resp
+
+    server = await serve(handler)
+    try:
+        async with ApiClient(f"http://127.0.0.1:{server.port}") as api:
+            got = [(t, o) async for t, o in api.watch("/api/v1/pods")]
+        assert got == [(e["type"], e["object"]) for e in events]
     finally:
         await server.close()
