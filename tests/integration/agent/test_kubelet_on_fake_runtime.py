@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -290,3 +291,24 @@ async def test_badly_typed_container_gets_config_error_and_event(
     assert needle in w["message"]
     assert any(reason == "Failed" and needle in msg for _, _, reason, msg in k.recorder.recorded)
     assert not await harness.runtime.list_containers()  # nothing was created
+
+
+async def test_each_started_container_gets_an_empty_world_writable_termination_message_file(
+        harness: Harness) -> None:
+    # upstream: pods/<uid>/containers/<name>/<8 hex>, created empty and chmod 0666 (whatever the umask)
+    await harness.start()
+    pod = node_pod("tm", [busybox("a"), busybox("b")])
+    await harness.add(pod)
+    await eventually(lambda: harness.api_status(pod).get("phase") == "Running")
+    uid = pod["metadata"]["uid"]
+    seen = set()
+    for c in await harness.runtime.list_containers():
+        st = (await harness.runtime.container_status(c.id)).status
+        (m,) = [m for m in st.mounts if m.container_path == "/dev/termination-log"]
+        path = Path(m.host_path)
+        assert path.parent == harness.tmp / "root" / "pods" / uid / "containers" / st.metadata.name
+        assert len(path.name) == 8 and int(path.name, 16) >= 0
+        info = os.stat(m.host_path)
+        assert (info.st_size, info.st_mode & 0o777) == (0, 0o666)
+        seen.add(path)
+    assert len(seen) == 2

@@ -62,3 +62,21 @@ def test_untolerated_no_execute_taint_is_refused_but_no_schedule_is_not_the_kube
 def test_without_node_info_the_pod_is_refused() -> None:
     r = PredicateAdmitHandler(lambda: None).admit(PodAdmitAttributes(pod("p"), []))
     assert (r.admit, r.reason) == (False, "InvalidNodeInfo")
+
+
+def test_a_node_whose_allocatable_changes_is_checked_against_its_new_allocatable() -> None:
+    # the parsed allocatable is kept by its strings: a change (or a number in place of a string) is re-read
+    p = pod("p", containers=[container("c", requests={"cpu": "3"})])
+    small = node("n1", allocatable={"cpu": "2", "memory": "1Gi", "pods": "110"})
+    large = node("n1", allocatable={"cpu": "4", "memory": "1Gi", "pods": "110"})
+    assert admit_on_node(p, small, []).reason == "OutOfcpu"
+    assert admit_on_node(p, large, []).admit
+    assert admit_on_node(p, small, []).reason == "OutOfcpu"
+    small["status"]["allocatable"]["cpu"] = "8"  # the same dict, changed in place
+    assert admit_on_node(p, small, []).admit
+    numbers = node("n1", allocatable={"cpu": 2, "memory": "1Gi", "pods": "110"})
+    r = admit_on_node(p, numbers, [])
+    assert (r.reason, r.message) == (
+        "OutOfcpu", "Node didn't have enough resource: cpu, requested: 3000, used: 0, capacity: 2000")
+    flag = node("n1", allocatable={"cpu": True, "memory": "1Gi", "pods": "110"})  # not a quantity: no cpu
+    assert admit_on_node(p, flag, []).message.endswith("capacity: 0")
