@@ -33,7 +33,6 @@ prober: each status generation first feeds it the runtime view (container id, ru
 
 from __future__ import annotations
 
-import asyncio
 import calendar
 import contextlib
 import logging
@@ -43,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pykubelet.agent import metrics
+from pykubelet.agent.container import filework
 from pykubelet.agent.container.runtime import ContainerState, RuntimePodStatus
 from pykubelet.agent.interfaces import EventRecorder, MirrorClient, PodLifecycleHook, PodNotReadyError
 from pykubelet.agent.kuberuntime.actions import ProbeKill, ProbeKillFunc, backoff_key
@@ -92,7 +92,7 @@ class PodDirectories:
         if uid in self._made:  # once per pod, not on every sync
             return
         try:
-            await asyncio.to_thread(self._make, uid)
+            await filework.run(self._make, uid)  # three mkdirs: the file worker, not a to_thread hop
             self._made.add(uid)
         except OSError as e:
             log.warning("pod dirs for %s: %s", uid, e)
