@@ -46,7 +46,7 @@ KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
 
 
 class Store(Protocol):
-    def iter_raw(self, kind: str, ns: str | None = None) -> Iterator[tuple[tuple[str, str], Obj]]: ...
+    def iter_unordered(self, kind: str, ns: str | None = None) -> Iterator[tuple[tuple[str, str], Obj]]: ...
 
     def peek(self, kind: str, ns: str, name: str) -> Obj | None: ...
 
@@ -156,7 +156,8 @@ class NodeAuthorizer:
         self.store = store
 
     def _pods_on(self, node: str, ns: str | None) -> Iterator[Obj]:
-        for _k, pod in self.store.iter_raw("pods", ns):
+        # every caller only asks whether some pod relates (any, in), so the order does not matter
+        for _k, pod in self.store.iter_unordered("pods", ns):
             if (pod.get("spec") or {}).get("nodeName") == node:
                 yield pod
 

@@ -489,6 +489,18 @@ class Storage:
             if obj is not None:
                 yield k, obj
 
+    def iter_unordered(self, resource: str, namespace: str | None = None) -> Iterator[tuple[tuple[str, str], Obj]]:
+        """The pairs :meth:`iter_raw` gives, in no particular order, for callers that only look for
+        something in them (the node authorizer's pods of a node): no sort of every key when a create
+        has dropped the sorted order (a kubelet's TokenRequest came right after its pod's create and
+        sorted all the pods each time).  Read it to the end, or drop it, before the next write."""
+        if resource in self._order:  # sorted already: a namespace is a slice of the keys
+            yield from self.iter_raw(resource, namespace)
+            return
+        for key, obj in self._objects[resource].items():
+            if namespace is None or key[0] == namespace:
+                yield key, obj
+
     def snapshot(self, resource: str, namespace: str | None, rev: int | None = None) -> Snapshot:
         """``resource`` (in ``namespace``) at revision ``rev`` (``None``: now), to read list pages
         from.  Raises :class:`Compacted` when the watch history no longer reaches back to ``rev``,

@@ -76,6 +76,8 @@ class Store:
             if ns is None or m.get("namespace", "") == ns:
                 yield (m.get("namespace", ""), m["name"]), o
 
+    iter_unordered = iter_raw
+
     def peek(self, kind: str, ns: str, name: str) -> Obj | None:
         return next((o for (n, nm), o in self.iter_raw(kind, ns) if nm == name and n == ns), None)
 

@@ -5,13 +5,15 @@
 * the static node rules are answered once per request shape: the same answer as asking every rule,
   for every verb, group, resource, subresource, name and non-resource path a kubelet may send;
 * a JSON body is walked for its depth only when it has more brackets than the depth limit: bodies
-  nested too deep are still refused, brackets inside strings still do not count."""
+  nested too deep are still refused, brackets inside strings still do not count;
+* the node authorizer looks for a node's pods without sorting all pods first."""
 
 from __future__ import annotations
 
 import datetime as dt
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 from cryptography import x509
@@ -24,6 +26,7 @@ from pykubelet.server.app import MAX_DEPTH, decode_body, parse_json
 from pykubelet.server.auth import user_from_peercert
 from pykubelet.server.errors import StatusError
 from pykubelet.server.rbac import NODE_RULES, Request, rule_allows
+from pykubelet.server.storage import Storage
 
 
 def client_cert(cn: str, orgs: list[str]) -> bytes:
@@ -98,3 +101,24 @@ def test_duplicate_keys_are_still_remembered() -> None:
     body = parse_json(b'{"metadata":{"name":"a","name":"b"},"spec":{}}')
     assert body.obj == {"metadata": {"name": "b"}, "spec": {}}
     assert list(body.duplicates.values()) == [["name"]]
+
+
+def test_the_node_authorizer_reads_the_same_pods_without_sorting_them(tmp_path: Path) -> None:
+    """``Storage.iter_unordered`` gives what ``iter_raw`` gives, in any order, and does not sort
+    the keys a create left unsorted (a kubelet's TokenRequest follows its pod's create)."""
+    s = Storage(tmp_path / "s.db")
+    s.open()
+    try:
+        for i, pns in enumerate(["b", "a", "c", "a", "b"] * 3):
+            s.create("pods", pns, f"p{i}", {"metadata": {"name": f"p{i}", "namespace": pns}, "spec": {}})
+        s.delete("pods", "a", "p1")
+        for ns in (None, "a", "b", "c", "missing"):
+            assert "pods" not in s._order
+            got = sorted(k for k, _ in s.iter_unordered("pods", ns))
+            assert "pods" not in s._order  # not sorted for it
+            assert got == [k for k, _ in s.iter_raw("pods", ns)]  # the same pairs (iter_raw sorts)
+            assert sorted(k for k, _ in s.iter_unordered("pods", ns)) == got  # and with the order known
+            s.create("pods", "z", f"n{ns}", {"metadata": {"name": f"n{ns}", "namespace": "z"}, "spec": {}})
+        assert [k for k, _ in s.iter_unordered("nodes")] == []
+    finally:
+        s.close()
