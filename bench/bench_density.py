@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -118,6 +119,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                               "targets": {"agent_rss_mb": TARGET_RSS_MB, "agent_cpu_pct": TARGET_CPU_PCT}}
     async with bench_containerd() as cd, RawCRI(cd, cd.data_dir / "raw-logs") as raw:
         cluster = Cluster(cd, cd.data_dir.parent / "cluster")
+        # the agent's pod volumes (tmpfs) live under the cluster's folder: a run that stops before the
+        # pods are deleted leaves them mounted unless the containerd cleanup unmounts them too
+        cd.also_unmount.append(cluster.data_dir.absolute())
+        spy: subprocess.Popen[bytes] | None = None
         try:
             log("starting pykubelet server + agent")
             await cluster.start()
@@ -148,8 +153,34 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             traceback.print_exc()
             result["status"] = f"error: {type(e).__name__}: {e}"[:2000]
         finally:
+            if spy is not None and spy.poll() is None:
+                spy.kill()
+                await asyncio.to_thread(spy.wait)
             await cluster.stop()
     return result
+
+
+async def run_until_signalled(args: argparse.Namespace) -> dict[str, Any]:
+    """``run`` that SIGTERM/SIGHUP (``timeout``, a closed terminal) cancel like Ctrl-C does, so its
+    cleanup still runs: agent and server stopped, containerd, its shims and containers, mounts,
+    cgroups, bridge and temp folder removed."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+
+    def stop(sig: signal.Signals) -> None:
+        if task.cancelling():
+            log(f"{sig.name}: already cleaning up, wait for it")
+        else:
+            log(f"{sig.name}: stopping, cleaning up")
+            task.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, stop, sig)
+    try:
+        return await run(args)
+    except asyncio.CancelledError:
+        return {"bench": "density", "pods": args.pods, "hold_s": args.hold, "status": "stopped by a signal"}
 
 
 def report(result: dict[str, Any]) -> None:
@@ -189,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.pods, args.hold, args.idle = 30, 15.0, 5.0
-    result = asyncio.run(run(args))
+    result = asyncio.run(run_until_signalled(args))
     report(result)
     save_json(args.json, result)
     return 0

@@ -30,7 +30,7 @@ from pykubelet.common import aio
 from pykubelet.common.apiclient import ApiClient, ApiError
 from pykubelet.cri import CRIClient
 
-from . import configsupport, metrics
+from . import configsupport, memory, metrics
 from .certificate import manager as certificate
 from .config import AgentOptions, ConfigError, load_options
 from .events import EventRecorder
@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pykubelet agent: invalid configuration: {e}", file=sys.stderr)
         return 1
     setup_logging(options.verbosity)
+    memory.tune_malloc()  # process-wide: here, not in run_agent (hollow nodes run many agents in one process)
     try:
         return aio.run(run_agent(options))
     except KeyboardInterrupt:
