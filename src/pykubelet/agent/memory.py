@@ -12,7 +12,7 @@ close (``mallinfo2`` of the agent at 110 pods: 3.5-7.5 MB free in the heap after
 ``mallopt(M_MMAP_THRESHOLD)`` fixes the threshold at glibc's own starting value, 128 kB, which turns
 the dynamic adjustment off; ``M_TRIM_THRESHOLD`` at 256 kB (what the dynamic rule would pair with
 it) gives the top of the heap back once 256 kB of it are free. Measured (docs/benchmarks-scale.md,
-"Agent heap: glibc malloc thresholds", sixth session): 0.6-0.8 MB less with 110 pods, no change idle
+"Agent heap: glibc malloc thresholds", sixth session): 0.6-0.7 MB less with 110 pods, no change idle
 or in CPU; ``malloc_trim``, one arena, a smaller thread pool and ``gc`` were tried and not kept.
 
 There is no upstream counterpart (the Go runtime's scavenger returns free heap to the OS by itself);
