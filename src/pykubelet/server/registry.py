@@ -606,7 +606,13 @@ class Registry:
         errs = validate_meta(ri.resource if ri.group != "events.k8s.io" else "events.k8s.io", obj,
                              creating=old is None)
         if not errs and ri.resource == "pods" and ri.group == "":
-            errs = list(podspec.validate_pod(obj, old))
+            if sub == "status" and old is not None and obj.get("spec") is old.get("spec"):
+                # ValidatePodStatusUpdate: the spec is the stored one (_prepare_update kept it), so
+                # only metadata and status are checked, as upstream; a spec stored before a newer
+                # rule never blocks the kubelet's status writes.
+                errs = list(podspec.validate_metadata("pods", obj))
+            else:
+                errs = list(podspec.validate_pod(obj, old))
             errs += podspec.validate_pod_status(obj, old)
         elif ri.resource == "secrets":
             errs += validate_secret(obj, old)

@@ -87,3 +87,25 @@ async def test_status_patch_touching_the_spec_still_fails_and_warns_as_before(ht
     assert st == 400 and 'unknown field "spec.bogus"' in body["message"]
     st, body, _w = await status_patch(h, "bad", {"status": {"phase": 7}})
     assert st == 422 and "PodStatus.status.phase of type string" in body["message"]
+
+
+async def test_a_pod_whose_stored_spec_breaks_a_rule_still_takes_status_writes(http33: Http,
+                                                                                server33: ServerHandle) -> None:
+    """ValidatePodStatusUpdate checks metadata and status only: a spec stored before a rule existed
+    (here a container name that is not a DNS label) never blocks the kubelet's status, while an
+    update of the pod itself is validated in full."""
+    h = http33
+    _st, created = await h.req("POST", PODS, rich_pod("old"))
+    stored = server33.store.get("pods", "default", "old")
+    assert stored is not None
+    legacy = json.loads(json.dumps(stored))
+    legacy["spec"]["containers"][0]["name"] = "Not_A_Label"
+    server33.store.update("pods", "default", "old", legacy, kind_name="pods")
+    st, patched, _w = await status_patch(h, "old", {"metadata": {"uid": created["metadata"]["uid"]},
+                                                    "status": {"phase": "Running"}})
+    assert st == 200 and patched["status"]["phase"] == "Running", patched
+    st, body, _w = await status_patch(h, "old", {"status": {"phase": 7}})
+    assert st == 422
+    st, body = await h.req("PUT", f"{PODS}/old", {**patched, "metadata": {**patched["metadata"],
+                                                                          "labels": {"app": "y"}}})
+    assert st == 422 and "spec.containers[0].name" in body["message"], body
