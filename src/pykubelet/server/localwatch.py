@@ -13,14 +13,20 @@ bytes the HTTP watchers get), so every controller owns the objects it receives a
 the store's; objects are served as stored (built-in kinds carry kind and apiVersion); a watch ends
 after its timeout and the informer resumes from its last resourceVersion. Not served here (the call
 goes over HTTP): lists and watches with parameters (selectors), custom resources (their
-presentation is per version), ``events.k8s.io`` (converted from core Events) and anything that is
-not a collection path.
+presentation is per version), ``events.k8s.io`` (converted from core Events; but see below) and
+anything that is not a collection path.
 
 Removed, as client-go's ``TransformStripManagedFields`` does for kube-controller-manager's and the
 scheduler's informers: ``metadata.managedFields``, which no controller reads and which is a large
 share of each cached object. ``metadata_only=True`` serves what upstream's metadata informers
 (``PartialObjectMetadata``) give the garbage collector: apiVersion, kind and metadata, copied from
-the stored object without decoding the rest.
+the stored object without decoding the rest. Its ``events.k8s.io`` events are served here too:
+they are the core Events under another presentation (``events_conv.from_core`` keeps the metadata
+as stored, and uid, resourceVersion and ownerReferences are the object's), so their metadata is the
+core Event's with ``apiVersion: events.k8s.io/v1``. Over HTTP that one watch cost, per Event, the
+conversion, a watch line, its TLS write and the client's decoding of the whole Event (~0.06 ms of
+the server's CPU per Event, a quarter of storing and delivering it; ``bench_hollow.py``'s nodes
+and scheduler write 4-5 Events per pod).
 """
 
 from __future__ import annotations
@@ -60,6 +66,27 @@ def collection(path: str) -> tuple[str, str | None] | None:
     return ri.key, ns
 
 
+# events.k8s.io/v1 Events: stored as core Events (one storage key, the same objects), presented
+# converted; only their metadata is served in-process (module docstring)
+_EVENTS_V1 = ("events.k8s.io", "v1", "events")
+
+
+def metadata_collection(path: str) -> tuple[str, str | None, str | None] | None:
+    """Like :func:`collection`, for metadata-only reads: ``(storage key, namespace or None,
+    apiVersion to present or None for the stored one)``; ``events.k8s.io`` Events included."""
+    target = collection(path)
+    if target is not None:
+        return target[0], target[1], None
+    parts = path.strip("/").split("/")
+    if len(parts) < 4 or parts[0] != "apis" or (parts[1], parts[2], parts[-1]) != _EVENTS_V1:
+        return None
+    if len(parts) == 4:
+        return "events", None, "events.k8s.io/v1"
+    if len(parts) == 6 and parts[3] == "namespaces" and parts[4]:
+        return "events", parts[4], "events.k8s.io/v1"
+    return None
+
+
 def _decode(data: bytes) -> Obj:
     obj: Obj = json.loads(data)
     meta = obj.get("metadata")
@@ -68,10 +95,11 @@ def _decode(data: bytes) -> Obj:
     return obj
 
 
-def _metadata(obj: Obj) -> Obj:
-    """apiVersion, kind and a copy of the metadata (without managedFields) of a stored object."""
+def _metadata(obj: Obj, api_version: str | None = None) -> Obj:
+    """apiVersion (``api_version`` when given), kind and a copy of the metadata (without
+    managedFields) of a stored object."""
     meta = obj.get("metadata") or {}
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+    return {"apiVersion": api_version or obj.get("apiVersion"), "kind": obj.get("kind"),
             "metadata": {k: copy.deepcopy(v) for k, v in meta.items() if k != "managedFields"}}
 
 
@@ -84,35 +112,44 @@ class InProcessReads:
         self.store = store
         self.metadata_only = metadata_only
 
-    def _object(self, resource: str, ns: str, name: str, obj: Obj) -> Obj | None:
+    def _target(self, path: str, params: Any) -> tuple[str, str | None, str | None] | None:
+        """``(storage key, namespace, apiVersion to present or None)`` when read here."""
+        if params:
+            return None
         if self.metadata_only:
-            return _metadata(obj)
+            return metadata_collection(path)
+        target = collection(path)
+        return None if target is None else (target[0], target[1], None)
+
+    def _object(self, resource: str, ns: str, name: str, obj: Obj, api_version: str | None = None) -> Obj | None:
+        if self.metadata_only:
+            return _metadata(obj, api_version)
         data = self.store.encoded(resource, ns, name)
         return None if data is None else _decode(data)
 
     # served here --------------------------------------------------------------------------------
 
     async def list(self, path: str, params: Any = None) -> Obj:
-        target = None if params else collection(path)
+        target = self._target(path, params)
         if target is None:
             return await self.api.list(path, params)
-        resource, ns = target
+        resource, ns, api_version = target
         items = []
         for (ons, name), stored in self.store.iter_raw(resource, ns):
-            obj = self._object(resource, ons, name, stored)
+            obj = self._object(resource, ons, name, stored, api_version)
             if obj is not None:
                 items.append(obj)
         return {"items": items, "metadata": {"resourceVersion": str(self.store.revision)}}
 
     def watch(self, path: str, *, resource_version: str | None = None, params: Any = None,
               timeout_seconds: int | None = None) -> AsyncIterator[tuple[str, Obj]]:
-        target = None if params else collection(path)
+        target = self._target(path, params)
         if target is None:
             return self.api.watch(path, resource_version=resource_version, params=params,  # type: ignore[no-any-return]
                                   timeout_seconds=timeout_seconds)
         return self._watch(*target, resource_version, timeout_seconds)
 
-    async def _watch(self, resource: str, ns: str | None, resource_version: str | None,
+    async def _watch(self, resource: str, ns: str | None, api_version: str | None, resource_version: str | None,
                      timeout_seconds: int | None) -> AsyncIterator[tuple[str, Obj]]:
         try:
             since = int(resource_version) if resource_version not in (None, "", "0") else None
@@ -129,7 +166,7 @@ class InProcessReads:
                         ev: WatchEvent | None = await w.queue.get()
                         if ev is None:  # the store closed or ended the watch
                             return
-                        yield ev.type, _metadata(ev.obj) if self.metadata_only else _decode(ev.encoded())
+                        yield ev.type, _metadata(ev.obj, api_version) if self.metadata_only else _decode(ev.encoded())
         finally:
             self.store.unwatch(w)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pykubelet.common.apiclient import ApiError
+from pykubelet.server import events_conv
 from pykubelet.server.controllers import kit
 from pykubelet.server.localwatch import InProcessReads, collection
 from pykubelet.server.storage import Storage
@@ -127,5 +128,61 @@ async def test_the_garbage_collectors_reads_carry_metadata_only_as_upstreams_met
         etype, obj = await anext(watch)
         assert (etype, set(obj), obj["metadata"]["name"]) == ("DELETED", {"apiVersion", "kind", "metadata"}, "a")
         await watch.aclose()  # type: ignore[attr-defined]
+    finally:
+        store.close()
+
+
+async def test_the_garbage_collector_reads_events_k8s_io_events_in_process_as_their_http_presentation(
+        tmp_path: Path) -> None:
+    """events.k8s.io Events are the stored core Events presented converted: the metadata-only reads
+    serve them from the store with the metadata the HTTP presentation has (managedFields dropped, as
+    for every metadata-only read) and apiVersion events.k8s.io/v1; full reads still go to the API."""
+    store = Storage(tmp_path / "s.db")
+    store.open()
+    api = FakeApi()
+    reads = InProcessReads(api, store, metadata_only=True)  # type: ignore[arg-type]
+    full = InProcessReads(api, store)  # type: ignore[arg-type]
+
+    def core_event(name: str, ns: str = "default") -> dict:
+        return {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u1"}],
+                             "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
+                "involvedObject": {"kind": "Pod", "name": "p"}, "reason": "Started", "type": "Normal",
+                "source": {"component": "kubelet"}}
+
+    def http_view(stored: dict) -> dict:  # what the HTTP list and watch of events.k8s.io give
+        shown = events_conv.from_core(stored)
+        meta = {k: v for k, v in shown["metadata"].items() if k != "managedFields"}
+        return {"apiVersion": shown["apiVersion"], "kind": shown["kind"], "metadata": meta}
+
+    try:
+        store.create("events", "default", "e1", core_event("e1"))
+        store.create("events", "other", "e2", core_event("e2", "other"))
+        lst = await reads.list("/apis/events.k8s.io/v1/events")
+        assert sorted(lst["items"], key=lambda o: o["metadata"]["name"]) == [
+            http_view(store.peek("events", "default", "e1") or {}), http_view(store.peek("events", "other", "e2") or {})]
+        assert lst["metadata"]["resourceVersion"] == str(store.revision)
+        assert [o["metadata"]["name"] for o in (await reads.list("/apis/events.k8s.io/v1/namespaces/other/events"))[
+            "items"]] == ["e2"]
+        assert {o["apiVersion"] for o in (await reads.list("/api/v1/events"))["items"]} == {"v1"}
+
+        watch = reads.watch("/apis/events.k8s.io/v1/events", resource_version=lst["metadata"]["resourceVersion"])
+        store.create("events", "default", "e3", core_event("e3"))
+        etype, obj = await anext(watch)
+        assert (etype, obj) == ("ADDED", http_view(store.peek("events", "default", "e3") or {}))
+        store.delete("events", "default", "e1")
+        etype, obj = await anext(watch)
+        assert (etype, obj["apiVersion"], obj["metadata"]["name"]) == ("DELETED", "events.k8s.io/v1", "e1")
+        await watch.aclose()  # type: ignore[attr-defined]
+        assert store.watchers("events") == []
+
+        # full objects, selectors and other paths of the group are the API's, as before
+        await full.list("/apis/events.k8s.io/v1/events")
+        await reads.list("/apis/events.k8s.io/v1/events", {"fieldSelector": "type=Normal"})
+        await reads.list("/apis/events.k8s.io/v1/namespaces/default/events/e3")
+        await reads.list("/apis/events.k8s.io/v1beta1/events")
+        assert [p for p, _ in api.lists] == ["/apis/events.k8s.io/v1/events"] * 2 + [
+            "/apis/events.k8s.io/v1/namespaces/default/events/e3", "/apis/events.k8s.io/v1beta1/events"]
     finally:
         store.close()
