@@ -94,9 +94,11 @@ def bound_pod(name: str) -> dict[str, Any]:
 async def runtime_operations(api: Any, node: str) -> dict[str, float]:
     """The agent's ``kubelet_runtime_operations_total`` by operation type, through the API server's
     node proxy (``nodes/<node>/proxy/metrics``); empty when it cannot be read."""
+    # The unary pool (common/http1.py) answers JSON only; this text answer goes through the aiohttp
+    # session the watches use.
     headers = {**api._headers, **api._auth_headers(), "Accept": "text/plain"}
     try:
-        async with api._sess().get(f"{api.server}/api/v1/nodes/{node}/proxy/metrics", headers=headers) as resp:
+        async with api._watch_sess().get(f"{api.server}/api/v1/nodes/{node}/proxy/metrics", headers=headers) as resp:
             text = await resp.text()
     except Exception as e:
         log(f"agent metrics unavailable: {e}")
