@@ -4,7 +4,10 @@ Every subsystem owns one or more background tasks and must stop them without lea
 exception into the caller's shutdown path: cancel, then wait until each task has really finished
 (so nothing runs after ``stop()`` returns), and ignore what the cancelled tasks raised on the way out.
 Periodic work goes through ``run_every`` so that every loop logs its errors, keeps running and stops
-on cancellation the same way.
+on cancellation the same way. A short-lived child process goes through ``run_child``: a caller that
+is cancelled or times out takes the child down with it, and the child's pipes are read to their end,
+so neither a process nor its transport outlives the call (an unread pipe would otherwise keep the
+transport until the garbage collector closes it, on whatever loop is current then).
 """
 
 from __future__ import annotations
@@ -24,6 +27,22 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
     for t in live:
         t.cancel()
     await asyncio.gather(*live, return_exceptions=True)
+
+
+async def run_child(*argv: str, timeout: float | None = None) -> tuple[int, bytes, bytes]:  # noqa: ASYNC109
+    """Run ``argv`` to its end: (exit code, stdout, stderr). On cancellation or after ``timeout``
+    seconds (``TimeoutError``) the child is killed and reaped before the exception goes on."""
+    proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        async with asyncio.timeout(timeout):
+            out, err = await proc.communicate()
+    except BaseException:
+        if proc.returncode is None:
+            proc.kill()
+        await asyncio.shield(proc.communicate())
+        raise
+    return proc.returncode or 0, out, err
 
 
 def run_every(

@@ -37,6 +37,8 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from pykubelet.common import aio
+
 # Bump when the layout of the generated images changes, so caches are rebuilt.
 FORMAT_VERSION = "4"
 
@@ -405,23 +407,11 @@ def build_all(cache_dir: Path | None = None) -> list[BuiltImage]:
 
 
 async def _ctr(address: str, namespace: str, *args: str, limit: float = 120) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        "ctr",
-        "--address",
-        address,
-        "-n",
-        namespace,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), limit)
+        rc, out, err = await aio.run_child("ctr", "--address", address, "-n", namespace, *args, timeout=limit)
     except TimeoutError:
-        proc.kill()
-        await proc.wait()
         raise ImageError(f"ctr {' '.join(args)} timed out") from None
-    if proc.returncode != 0:
+    if rc != 0:
         raise ImageError(f"ctr {' '.join(args)} failed: {err.decode().strip()}")
     return out.decode()
 

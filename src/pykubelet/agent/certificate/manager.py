@@ -47,6 +47,7 @@ from typing import Any
 
 import yaml
 
+from pykubelet.common import aio
 from pykubelet.common.apiclient import ApiClient, ApiError
 
 log = logging.getLogger(__name__)
@@ -88,10 +89,8 @@ def node_address_names(node: Obj | None) -> tuple[list[str], list[str]]:
 
 # ------------------------------------------------------------------ child-process helpers
 async def _keytool(*args: str) -> bytes:
-    proc = await asyncio.create_subprocess_exec(sys.executable, str(KEYTOOL), *args, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
-    out, err = await proc.communicate()
-    if proc.returncode != 0:
+    rc, out, err = await aio.run_child(sys.executable, str(KEYTOOL), *args)
+    if rc != 0:
         raise CertificateError(f"keytool {args[0]}: {err.decode(errors='replace').strip()[-500:]}")
     return out
 
