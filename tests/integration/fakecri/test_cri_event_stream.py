@@ -49,7 +49,9 @@ class EventsRuntime(FakeRuntime):
                 await context.abort(*self.error)
             if self.hang:
                 await asyncio.Event().wait()
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):
+            # A cancelled stream reaches the handler as CancelledError when it waits, or as the
+            # generator's close (GeneratorExit) when grpc was sending the message it last yielded.
             self.stream_cancelled += 1
             raise
 
