@@ -34,13 +34,16 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from pykubelet.agent.interfaces import PodAdmitAttributes, PodAdmitResult
 from pykubelet.common import podutil
 from pykubelet.common.nodepredicates import host_ports, matches_node_affinity, ports_conflict
 from pykubelet.common.quantity import QuantityError, parse_quantity
 from pykubelet.common.tolerations import first_untolerated_taint
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 Obj = dict[str, Any]
 NodeGetter = Callable[[], Obj | None]
@@ -93,12 +96,18 @@ def _cached_requests(pod: Obj) -> dict[str, Decimal]:
     uid = str(meta.get("uid") or "")
     if not uid:
         return pod_requests_with_overhead(pod)
-    key = (uid, str(meta.get("resourceVersion") or ""))
-    got = _REQUESTS.get(key)
+    return _memo(_REQUESTS, _REQUESTS_MAX, (uid, str(meta.get("resourceVersion") or "")),
+                 lambda: pod_requests_with_overhead(pod))
+
+
+def _memo(cache: dict[K, V], limit: int, key: K, make: Callable[[], V]) -> V:
+    """``cache[key]``, made by ``make()`` when missing; a full cache starts over (the node's pods
+    and its allocatable change rarely, so a plain reset is enough to bound it)."""
+    got = cache.get(key)
     if got is None:
-        if len(_REQUESTS) >= _REQUESTS_MAX:
-            _REQUESTS.clear()
-        got = _REQUESTS[key] = pod_requests_with_overhead(pod)
+        if len(cache) >= limit:
+            cache.clear()
+        got = cache[key] = make()
     return got
 
 
@@ -126,12 +135,7 @@ def _allocatable(node: Obj) -> Mapping[str, Decimal]:
     for k, v in key:
         if type(k) is not str or type(v) is not str:
             return _quantities(raw)
-    got = _ALLOCATABLE.get(key)
-    if got is None:
-        if len(_ALLOCATABLE) >= _ALLOCATABLE_MAX:
-            _ALLOCATABLE.clear()
-        got = _ALLOCATABLE[key] = _quantities(raw)
-    return got
+    return _memo(_ALLOCATABLE, _ALLOCATABLE_MAX, key, lambda: _quantities(raw))
 
 
 def check_requests(pod: Obj, node: Obj, used: Mapping[str, Decimal]) -> PodAdmitResult:
