@@ -223,6 +223,8 @@ class ApiClient:
     def _auth_line(self) -> str:
         token = self._bearer()
         if token != self._auth_for:
+            if token and ("\r" in token or "\n" in token):  # it would end the header and start another
+                raise ApiError(0, "InvalidToken", "the bearer token contains a line break")
             self._auth_for = token
             self._auth_cached = f"Authorization: Bearer {token}\r\n" if token else ""
         return self._auth_cached

@@ -67,6 +67,15 @@ async def test_sequential_calls_reuse_one_connection(echo: tuple[str, list[int]]
     assert len(set(ports)) == 1
 
 
+async def test_a_token_with_a_line_break_is_refused_before_anything_is_sent(echo: tuple[str, list[int]]) -> None:
+    url, ports = echo
+    async with ApiClient(url, token="t\r\nX-Injected: 1") as api:
+        with pytest.raises(ApiError) as err:
+            await api.get("/api")
+        assert (err.value.status, err.value.reason) == (0, "InvalidToken")
+    assert ports == []
+
+
 async def test_query_parameters_and_paths_arrive_as_given(echo: tuple[str, list[int]]) -> None:
     url, _ = echo
     async with ApiClient(url) as api:
