@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import socket
@@ -15,7 +16,7 @@ import pytest
 from pykubelet.agent.volumemanager.mounter import MountPoint
 from pykubelet.agent.volumemanager.objects import ObjectSource, TokenManager
 from pykubelet.agent.volumemanager.plugins import find_plugin
-from pykubelet.agent.volumemanager.plugins.base import PodContext
+from pykubelet.agent.volumemanager.plugins.base import PodContext, side_by_side
 from pykubelet.agent.volumemanager.types import Medium, MountedVolume, MountError, PluginName
 from pykubelet.common.apiclient import ApiError
 from tests.builders import container, pod
@@ -296,6 +297,93 @@ async def test_projected_volume_combines_sources_and_a_bound_service_account_tok
         "spec": {"audiences": ["vault"], "expirationSeconds": 7200,
                  "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "uid-p"}},
     }]
+
+
+async def test_a_projected_volumes_source_errors_are_reported_together_in_the_sources_order(tmp_path: Path) -> None:
+    api = FakeApi()
+
+    def refuse(verb: str, path: str, body: Any) -> JSON:
+        raise ApiError(403, "Forbidden", "no token today")
+
+    api.react("create", "/token", refuse)
+    vol = {"name": "all", "projected": {"sources": [
+        {"configMap": {"name": "absent"}},
+        {"downwardAPI": {"items": [{"path": "a", "fieldRef": {"fieldPath": "status.podIP"}}]}},
+        {"serviceAccountToken": {"path": "token"}},
+        {"secret": {"name": "gone"}},
+        {"clusterTrustBundle": {"name": "x", "path": "ca"}},
+    ]}}
+    with pytest.raises(MountError) as e:
+        await setup(ctx_for(tmp_path, pod(), api), vol)
+    parts = e.value.message.strip("[]").split(", ")
+    assert parts[0] == 'configmap "absent" not found'
+    assert parts[1] == "unsupported fieldPath: status.podIP"
+    assert parts[2] == "failed to fetch token: no token today"
+    assert parts[3] == 'secret "gone" not found'
+    assert "clusterTrustBundle" in parts[4] and "not supported" in parts[4]
+
+
+async def test_side_by_side_runs_coroutines_concurrently_and_keeps_their_order() -> None:
+    first, second = asyncio.Event(), asyncio.Event()
+    seen: list[str] = []
+
+    async def waits_for(ev: asyncio.Event, name: str, then: asyncio.Event | None) -> str:
+        if then is not None:
+            then.set()
+        await ev.wait()
+        seen.append(name)
+        if name == "b":
+            first.set()
+        return name
+
+    # "a" can only finish after "b" (which runs in this task) released it: they ran side by side
+    assert await side_by_side([waits_for(first, "a", None), waits_for(second, "b", second)]) == ["a", "b"]
+    assert seen == ["b", "a"]
+
+
+async def test_side_by_side_runs_a_single_coroutine_in_the_callers_task() -> None:
+    async def whose() -> asyncio.Task[object] | None:
+        return asyncio.current_task()
+
+    assert await side_by_side([whose()]) == [asyncio.current_task()]
+    assert await side_by_side([]) == []
+
+
+async def test_side_by_side_cancels_the_others_when_one_fails() -> None:
+    cancelled = asyncio.Event()
+
+    async def forever() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def fails() -> None:
+        await asyncio.sleep(0)
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        await side_by_side([forever(), fails()])
+    assert cancelled.is_set()
+
+
+async def test_side_by_side_cancelled_cancels_its_tasks() -> None:
+    cancelled = asyncio.Event()
+
+    async def forever() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    outer = asyncio.create_task(side_by_side([forever(), forever()]))
+    await asyncio.sleep(0.01)
+    outer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await outer
+    assert cancelled.is_set()
 
 
 async def test_the_token_is_requested_again_after_80_percent_of_its_lifetime(tmp_path: Path) -> None:

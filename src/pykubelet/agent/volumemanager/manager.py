@@ -78,7 +78,7 @@ from pykubelet.agent.volumemanager.objects import (
     TokenManager,
 )
 from pykubelet.agent.volumemanager.plugins import find_plugin
-from pykubelet.agent.volumemanager.plugins.base import PodContext
+from pykubelet.agent.volumemanager.plugins.base import PodContext, side_by_side
 from pykubelet.agent.volumemanager.plugins.downwardapi import metadata_fingerprint
 from pykubelet.agent.volumemanager.types import (
     REMOUNTED_PLUGINS,
@@ -269,7 +269,8 @@ class VolumeManager:
                 return None
 
             # a pod's volumes are set up concurrently, as upstream's operation executor does
-            errors = [r for r in await asyncio.gather(*(one(v) for v in todo)) if r is not None]
+            # (the last, or only, one in this task: ``side_by_side``)
+            errors = [r for r in await side_by_side([one(v) for v in todo]) if r is not None]
             if not errors:
                 self._failures.pop(uid, None)
                 return

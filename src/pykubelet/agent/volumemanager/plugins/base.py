@@ -17,6 +17,11 @@ fingerprint of what it wrote (files, modes, owners, fsGroup); given the volume's
 the same fingerprint it touches nothing, so a refresh pass over 1,000 pods whose token is still young
 and whose ConfigMap did not change costs no thread hop and no file read (upstream's atomic writer
 compares with the files on disk each time; the content here can only change through ``project``).
+
+``side_by_side`` runs a few coroutines concurrently like ``asyncio.gather`` but the last one in the
+caller's own task: a pod's one volume, or the one source of a projected volume that makes a round
+trip besides its token, costs no task (a task and gather's bookkeeping are 6-22 µs of CPU each in
+process, ~4 % of the agent's samples in a 1,000-pod start for the kube-api-access volume alone).
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from pykubelet.agent.types import JSONObj, Pod
 from pykubelet.agent.volumemanager import atomic_writer
@@ -45,6 +51,29 @@ from pykubelet.agent.volumemanager.types import (
 from pykubelet.common import podutil
 
 EMPTY_DIR_PERM = 0o777
+
+_T = TypeVar("_T")
+
+
+async def side_by_side(coros: list[Coroutine[object, object, _T]]) -> list[_T]:
+    """The results of ``coros``, run concurrently, in their order (as ``asyncio.gather``): all but
+    the last as tasks, the last in the caller's task, so one coroutine costs no task at all. An
+    exception (the first in list order) propagates after the other tasks were cancelled and have
+    finished; so does a cancellation of the caller (gather cancels its children the same way)."""
+    if len(coros) <= 1:
+        return [await c for c in coros]
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(c) for c in coros[:-1]]
+    try:
+        last = await coros[-1]
+        results = [await t for t in tasks]
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    results.append(last)
+    return results
 
 
 @dataclass

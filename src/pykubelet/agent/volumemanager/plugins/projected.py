@@ -15,25 +15,32 @@ tmpfs (upstream wraps a memory emptyDir: tokens and secrets stay off the disk), 
   token-file ownership), and fsGroup ownership then opens it to the group;
 - ``clusterTrustBundle`` and ``podCertificate`` are not supported and say so.
 
-Sources are read side by side (a token's TokenRequest and the CA ConfigMap are two API round trips);
+Sources are read side by side (a token's TokenRequest and the CA ConfigMap are two API round trips;
+``side_by_side``: the last of them and the downwardAPI sources run in the caller's task);
 errors of several sources are reported together, in the sources' order (upstream aggregates them). Containers mount it
 read-only; it follows its sources on every refresh.
 """
 
 from __future__ import annotations
 
-import asyncio
-
 from pykubelet.agent.types import JSONObj
 from pykubelet.agent.volumemanager.atomic_writer import FileProjection
 from pykubelet.agent.volumemanager.objects import not_found
 from pykubelet.agent.volumemanager.plugins import configmap, downwardapi, secret
-from pykubelet.agent.volumemanager.plugins.base import PodContext, parse_mode, project, source_of, tmpfs_size
+from pykubelet.agent.volumemanager.plugins.base import (
+    PodContext,
+    parse_mode,
+    project,
+    side_by_side,
+    source_of,
+    tmpfs_size,
+)
 from pykubelet.agent.volumemanager.types import Medium, MountedVolume, MountError, PluginName
 
 DEFAULT_MODE = 0o644
 DEFAULT_TOKEN_EXPIRATION = 3600
 TOKEN_FILE_MODE = 0o600
+_REMOTE_SOURCES = ("configMap", "secret", "serviceAccountToken")  # the sources that read from the API
 
 
 class ProjectedPlugin:
@@ -98,14 +105,24 @@ class ProjectedPlugin:
             except MountError as e:
                 return e
 
-        # the sources side by side: the TokenRequest and the CA ConfigMap are two API round trips
+        # the sources side by side: the TokenRequest and the CA ConfigMap are two API round trips;
+        # one that reads nothing from the API (downwardAPI) runs at once, with no task
+        got: list[dict[str, FileProjection] | MountError | None] = [None] * len(sources)
+        remote: list[int] = []
+        for i, s in enumerate(sources):
+            if any(isinstance(s.get(k), dict) for k in _REMOTE_SOURCES):
+                remote.append(i)
+            else:
+                got[i] = await one(s)
+        for i, r in zip(remote, await side_by_side([one(sources[i]) for i in remote]), strict=True):
+            got[i] = r
         payload: dict[str, FileProjection] = {}
         errors: list[str] = []
-        for got in await asyncio.gather(*(one(s) for s in sources)):
-            if isinstance(got, MountError):
-                errors.append(got.message)
-            else:
-                payload.update(got)
+        for got_one in got:
+            if isinstance(got_one, MountError):
+                errors.append(got_one.message)
+            elif got_one is not None:
+                payload.update(got_one)
         if errors:
             raise MountError(downwardapi.aggregate(errors))
         path = ctx.volume_dir(self.name, vol_name)
