@@ -118,7 +118,9 @@ class PodSyncStatus:
     errors: int = 0
     syncing: bool = False
     timer: asyncio.TimerHandle | None = None
-    inflight: asyncio.Task[object] | None = None  # the sync being run (cancelled like upstream's cancelFn)
+    # a sync or termination is running in ``task`` and may be cancelled (upstream's cancelFn)
+    cancellable: bool = False
+    cancel_asked: bool = False  # ``update_pod`` cancelled ``task`` for that sync (not yet delivered)
 
     @property
     def state(self) -> PodWorkerState:
@@ -194,9 +196,12 @@ class PodWorkers:
         if st.pending is None or opts.update_type != SyncPodType.SYNC:
             st.pending = opts
         st.wake.set()
-        if cancel and st.inflight is not None and not st.inflight.done():
+        # (never from the worker's own task: its sync sees the termination when it returns)
+        if (cancel and st.cancellable and not st.cancel_asked and st.task is not None and not st.task.done()
+                and st.task is not asyncio.current_task()):
             log.info("pod %s: cancelling the sync in flight (terminating, grace %ss)", uid, st.grace)
-            st.inflight.cancel()
+            st.cancel_asked = True
+            st.task.cancel()
         if st.task is None or st.task.done():
             st.task = asyncio.get_running_loop().create_task(self._worker(st), name=f"pod-worker-{uid}")
 
@@ -308,19 +313,32 @@ class PodWorkers:
         return True
 
     async def _run_cancellable(self, st: PodSyncStatus, coro: Coroutine[object, object, _T]) -> _T | None:
-        """Run one sync as its own task so ``update_pod`` can cancel it; None when it was cancelled
-        that way (a cancellation of the worker itself propagates)."""
-        task = asyncio.get_running_loop().create_task(coro)
-        st.inflight = task
+        """Run one sync in the worker's own task so that ``update_pod`` can cancel it (``st.task``,
+        marked by ``cancel_asked``); None when it was cancelled that way. A cancellation of the
+        worker itself (``stop``) propagates, also when both came. No task of its own per sync: a
+        task costs 6-15 µs of CPU here, and a 1,000-pod start runs 1,000 syncs, an idle node one
+        per pod per resync period."""
+        st.cancellable = True
         try:
-            return await task
+            result = await coro
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
+            if not self._take_cancel(st):
                 raise
             return None
         finally:
-            st.inflight = None
+            st.cancellable = False
+        self._take_cancel(st)  # asked for, but the sync ended before it could be delivered
+        return result
+
+    @staticmethod
+    def _take_cancel(st: PodSyncStatus) -> bool:
+        """Withdraw ``update_pod``'s cancellation of the worker's task, if it asked for one: True when
+        that leaves no other cancellation pending (so the worker goes on)."""
+        if not st.cancel_asked:
+            return False
+        st.cancel_asked = False
+        task = asyncio.current_task()
+        return task is not None and task.uncancel() == 0
 
     def _kick(self, st: PodSyncStatus) -> None:
         if st.pending is None:

@@ -105,3 +105,31 @@ async def test_same_grace_does_not_restart_the_termination() -> None:
     await asyncio.wait_for(s.terminated.wait(), 5)
     assert s.graces == [1]
     await w.stop()
+
+
+async def test_stopping_the_workers_while_a_deletion_cancels_a_sync_ends_the_worker() -> None:
+    s = SlowSyncer()  # the pull never finishes
+    w = PodWorkers(s)
+    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, graced()))
+    await asyncio.wait_for(s.started.wait(), 5)
+    st = w.get("uid-p")
+    assert st is not None and st.task is not None
+    # the deletion's cancellation and the agent's shutdown reach the worker together
+    w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, graced(deletionTimestamp="t", deletionGracePeriodSeconds=0)))
+    st.task.cancel()  # what ``stop`` does to each worker, before the worker ran again
+    await asyncio.wait([st.task], timeout=5)
+    assert st.task.cancelled() and s.graces == [] and s.syncs_finished == 0
+    await w.stop()
+
+
+async def test_a_deleted_pods_sync_cancellation_leaves_the_worker_running_its_next_syncs() -> None:
+    s = SlowSyncer()
+    w = PodWorkers(s)
+    w.update_pod(UpdatePodOptions(SyncPodType.CREATE, graced()))
+    await asyncio.wait_for(s.started.wait(), 5)
+    st = w.get("uid-p")
+    assert st is not None
+    w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, graced(deletionTimestamp="t", deletionGracePeriodSeconds=0)))
+    await asyncio.wait_for(s.terminated.wait(), 5)
+    assert st.task is not None and not st.task.cancelling()  # the withdrawn cancellation left nothing behind
+    await w.stop()
