@@ -8,6 +8,13 @@ the agent reads these; nothing re-reads flags or files later.  Every failure bec
 with status 1 — upstream's kubelet likewise refuses to start on an invalid configuration instead of
 guessing.
 
+The model is a set of plain dataclasses read by a small decoder of its own (``_decode``: the JSON
+name of every field, its annotation's shape — str, bool, int, float, duration, optional, list, map,
+section — and the validation table ``_CHECKS``), not a validation library: the configuration is
+read once, and pydantic cost the agent ~9 MB of its 60 MB budget (its import plus the models' schema;
+see docs/benchmarks-scale.md, "Agent RSS: the configuration without pydantic").  Types are checked
+strictly like upstream's decoder (a string is not an integer; an integer is a valid float).
+
 Upstream behaviour followed:
 - field names and defaults of kubelet.config.k8s.io/v1beta1 (``SetDefaults_KubeletConfiguration``):
   syncFrequency 1m, fileCheckFrequency 20s, port 10250, healthzPort 10248 on 127.0.0.1,
@@ -32,13 +39,12 @@ import argparse
 import os
 import re
 import socket
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pykubelet.common import sysctl
 from pykubelet.common.durations import format_duration, parse_duration
@@ -143,53 +149,254 @@ _DURATION_FIELDS = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=_alias, populate_by_name=True, extra="forbid", validate_assignment=True
-    )
 
-    @field_validator("*", mode="before")
-    @classmethod
-    def _durations(cls, v: Any, info: Any) -> Any:
-        if info.field_name in _DURATION_FIELDS and v is not None:
+# --------------------------------------------------------------------------- the decoder
+
+# A field's converter: (decoded value, its JSON path) -> the value to store, or _Invalid.
+_Converter = Callable[[object, str], object]
+
+
+class _Invalid(Exception):
+    """Problems found while decoding: (JSON path, message) pairs."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__(problems)
+        self.problems = problems
+
+
+def _describe(problems: list[tuple[str, str]], prefix: str = "") -> str:
+    return "; ".join(f"{prefix}{path}: {msg}" if path else f"{prefix}{msg}" for path, msg in problems)
+
+
+_KINDS = {bool: "boolean", int: "integer", float: "number", str: "string", dict: "mapping", list: "list"}
+
+
+def _got(v: object) -> str:
+    kind = "null" if v is None else _KINDS.get(type(v), type(v).__name__)
+    if isinstance(v, bool | int | float | str):
+        text = repr(v)
+        return f"{kind} {text[:40] + '...' if len(text) > 40 else text}"
+    return kind
+
+
+def _scalar(kind: type, what: str) -> _Converter:
+    def convert(v: object, path: str) -> object:
+        if isinstance(v, kind) and not (isinstance(v, bool) and kind is not bool):
+            return v
+        raise _Invalid([(path, f"expected {what}, got {_got(v)}")])
+    return convert
+
+
+def _c_float(v: object, path: str) -> object:
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return float(v)
+    raise _Invalid([(path, f"expected a number, got {_got(v)}")])
+
+
+def _c_duration(v: object, path: str) -> object:
+    if isinstance(v, str | int | float) and not isinstance(v, bool):
+        try:
             return parse_duration(v)
-        return v
+        except ValueError as e:
+            raise _Invalid([(path, str(e))]) from None
+    raise _Invalid([(path, f"expected a duration such as '10s' or '1m30s', got {_got(v)}")])
 
 
-class X509Authentication(_Strict):
+def _c_any(v: object, path: str) -> object:
+    return v
+
+
+def _optional(inner: _Converter) -> _Converter:
+    def convert(v: object, path: str) -> object:
+        return None if v is None else inner(v, path)
+    return convert
+
+
+def _list_of(inner: _Converter) -> _Converter:
+    def convert(v: object, path: str) -> object:
+        if not isinstance(v, list):
+            raise _Invalid([(path, f"expected a list, got {_got(v)}")])
+        out, problems = [], []
+        for i, item in enumerate(v):
+            try:
+                out.append(inner(item, f"{path}.{i}"))
+            except _Invalid as e:
+                problems += e.problems
+        if problems:
+            raise _Invalid(problems)
+        return out
+    return convert
+
+
+def _map_of(inner: _Converter) -> _Converter:
+    def convert(v: object, path: str) -> object:
+        if not isinstance(v, dict):
+            raise _Invalid([(path, f"expected a mapping, got {_got(v)}")])
+        out, problems = {}, []
+        for key, item in v.items():
+            if not isinstance(key, str):
+                problems.append((f"{path}.{key}", f"keys must be strings, got {_got(key)}"))
+                continue
+            try:
+                out[key] = inner(item, f"{path}.{key}")
+            except _Invalid as e:
+                problems += e.problems
+        if problems:
+            raise _Invalid(problems)
+        return out
+    return convert
+
+
+# Annotation (as written; ``from __future__ import annotations`` keeps it a string) -> converter.
+_CONVERTERS: dict[str, _Converter] = {
+    "str": _scalar(str, "a string"),
+    "bool": _scalar(bool, "a boolean"),
+    "int": _scalar(int, "an integer"),
+    "float": _c_float,
+    "bool | None": _optional(_scalar(bool, "a boolean")),
+    "int | None": _optional(_scalar(int, "an integer")),
+    "list[str]": _list_of(_scalar(str, "a string")),
+    "dict[str, str]": _map_of(_scalar(str, "a string")),
+    "dict[str, bool]": _map_of(_scalar(bool, "a boolean")),
+    "dict[str, list[str]]": _map_of(_list_of(_scalar(str, "a string"))),
+    "dict[str, Any]": _map_of(_c_any),
+    "dict[str, Any] | None": _optional(_map_of(_c_any)),
+    "list[dict[str, Any]]": _list_of(_map_of(_c_any)),
+}
+
+
+@dataclass(frozen=True)
+class _FieldSpec:
+    name: str  # the Python attribute
+    json: str  # the upstream JSON name
+    convert: _Converter
+
+
+_Section = TypeVar("_Section")
+# section class -> its fields by JSON name, in declaration order
+_SPECS: dict[type, dict[str, _FieldSpec]] = {}
+
+
+def _section(cls: type[_Section]) -> type[_Section]:
+    """Register a configuration dataclass: every field gets its JSON name and converter."""
+    specs: dict[str, _FieldSpec] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        ann = str(f.type)
+        section = next((s for s in _SPECS if s.__name__ == ann), None)
+        convert: _Converter
+        if f.name in _DURATION_FIELDS and ann == "float":
+            convert = _c_duration
+        elif section is not None:
+            convert = _section_converter(section)
+        elif ann in _CONVERTERS:
+            convert = _CONVERTERS[ann]
+        else:  # a new field whose shape the decoder does not know: fail at import, not at run time
+            raise TypeError(f"{cls.__name__}.{f.name}: no converter for {ann!r}")
+        specs[_alias(f.name)] = _FieldSpec(f.name, _alias(f.name), convert)
+    _SPECS[cls] = specs
+    return cls
+
+
+def _section_converter(cls: type) -> _Converter:
+    def convert(v: object, path: str) -> object:
+        return _decode(cls, v, path)
+    return convert
+
+
+def _decode(cls: type[_Section], data: object, path: str = "") -> _Section:
+    """Build ``cls`` from a decoded JSON/YAML mapping keyed by JSON names, or raise _Invalid."""
+    if not isinstance(data, dict):
+        raise _Invalid([(path, f"expected a mapping, got {_got(data)}")])
+    specs = _SPECS[cls]
+    values: dict[str, object] = {}
+    problems: list[tuple[str, str]] = []
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else str(key)
+        spec = specs.get(key) if isinstance(key, str) else None
+        if spec is None:
+            problems.append((where, "unknown field"))
+            continue
+        try:
+            values[spec.name] = spec.convert(value, where)
+        except _Invalid as e:
+            problems += e.problems
+    if problems:
+        raise _Invalid(problems)
+    return cls(**values)
+
+
+def json_names(cls: type) -> dict[str, str]:
+    """A configuration section's fields: Python attribute -> upstream JSON name, in declaration order."""
+    return {spec.name: json for json, spec in _SPECS[cls].items()}
+
+
+def _json_path(dotted: str) -> str:
+    return ".".join(_alias(p) for p in dotted.split("."))
+
+
+def _to_json(obj: object) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for json, spec in _SPECS[type(obj)].items():
+        val = getattr(obj, spec.name)
+        if spec.convert is _c_duration and isinstance(val, float):
+            out[json] = format_duration(val)
+        elif type(val) in _SPECS:
+            out[json] = _to_json(val)
+        else:
+            out[json] = _copy(val)
+    return out
+
+
+def _copy(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _copy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_copy(x) for x in v]
+    return v
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@_section
+@dataclass(kw_only=True)
+class X509Authentication:
     client_ca_file: str = ""
 
 
-class WebhookAuthentication(_Strict):
+@_section
+@dataclass(kw_only=True)
+class WebhookAuthentication:
     enabled: bool = True
     cache_ttl: float = 120.0
 
 
-class AnonymousAuthentication(_Strict):
+@_section
+@dataclass(kw_only=True)
+class AnonymousAuthentication:
     enabled: bool = False
 
 
-class KubeletAuthentication(_Strict):
-    x509: X509Authentication = Field(default_factory=X509Authentication)
-    webhook: WebhookAuthentication = Field(default_factory=WebhookAuthentication)
-    anonymous: AnonymousAuthentication = Field(default_factory=AnonymousAuthentication)
+@_section
+@dataclass(kw_only=True)
+class KubeletAuthentication:
+    x509: X509Authentication = field(default_factory=X509Authentication)
+    webhook: WebhookAuthentication = field(default_factory=WebhookAuthentication)
+    anonymous: AnonymousAuthentication = field(default_factory=AnonymousAuthentication)
 
 
-class WebhookAuthorization(_Strict):
+@_section
+@dataclass(kw_only=True)
+class WebhookAuthorization:
     cache_authorized_ttl: float = 300.0
     cache_unauthorized_ttl: float = 30.0
 
 
-class KubeletAuthorization(_Strict):
+@_section
+@dataclass(kw_only=True)
+class KubeletAuthorization:
     mode: str = "Webhook"
-    webhook: WebhookAuthorization = Field(default_factory=WebhookAuthorization)
-
-    @field_validator("mode")
-    @classmethod
-    def _mode(cls, v: str) -> str:
-        if v not in ("AlwaysAllow", "Webhook"):
-            raise ValueError(f"must be AlwaysAllow or Webhook, got {v!r}")
-        return v
+    webhook: WebhookAuthorization = field(default_factory=WebhookAuthorization)
 
 
 def _default_eviction_hard() -> dict[str, str]:
@@ -202,10 +409,16 @@ def _default_eviction_hard() -> dict[str, str]:
     }
 
 
-class KubeletConfiguration(_Strict):
-    """kubelet.config.k8s.io/v1beta1 KubeletConfiguration with upstream defaults."""
+@_section
+@dataclass(kw_only=True)
+class KubeletConfiguration:
+    """kubelet.config.k8s.io/v1beta1 KubeletConfiguration with upstream defaults.
 
-    api_version: str = Field(default=API_VERSION, alias="apiVersion")
+    Constructing one validates it (``ConfigError`` naming the settings at fault);
+    :meth:`from_dict` reads the upstream JSON form.  Assigning a field later is not validated.
+    """
+
+    api_version: str = API_VERSION
     kind: str = KIND
 
     enable_server: bool = True
@@ -215,22 +428,22 @@ class KubeletConfiguration(_Strict):
     file_check_frequency: float = 20.0
     http_check_frequency: float = 20.0
     static_pod_url: str = ""
-    static_pod_url_header: dict[str, list[str]] = Field(default_factory=dict)
+    static_pod_url_header: dict[str, list[str]] = field(default_factory=dict)
     address: str = "0.0.0.0"
     port: int = 10250
     read_only_port: int = 0
     tls_cert_file: str = ""
     tls_private_key_file: str = ""
-    tls_cipher_suites: list[str] = Field(default_factory=list)
+    tls_cipher_suites: list[str] = field(default_factory=list)
     tls_min_version: str = ""
     rotate_certificates: bool = False
     server_tls_bootstrap: bool = False
-    authentication: KubeletAuthentication = Field(default_factory=KubeletAuthentication)
-    authorization: KubeletAuthorization = Field(default_factory=KubeletAuthorization)
+    authentication: KubeletAuthentication = field(default_factory=KubeletAuthentication)
+    authorization: KubeletAuthorization = field(default_factory=KubeletAuthorization)
     registry_pull_qps: int = 5
     registry_burst: int = 10
     image_pull_credentials_verification_policy: str = ""
-    preloaded_images_verification_allowlist: list[str] = Field(default_factory=list)
+    preloaded_images_verification_allowlist: list[str] = field(default_factory=list)
     event_record_qps: int = 50
     event_burst: int = 100
     enable_debugging_handlers: bool = True
@@ -239,7 +452,7 @@ class KubeletConfiguration(_Strict):
     healthz_bind_address: str = "127.0.0.1"
     oom_score_adj: int = -999
     cluster_domain: str = ""
-    cluster_dns: list[str] = Field(default_factory=list)
+    cluster_dns: list[str] = field(default_factory=list)
     streaming_connection_idle_timeout: float = 4 * 3600.0
     node_status_update_frequency: float = 10.0
     node_status_report_frequency: float = 300.0
@@ -256,13 +469,13 @@ class KubeletConfiguration(_Strict):
     cgroup_driver: str = "cgroupfs"
     cpu_manager_policy: str = "none"
     single_process_oom_kill: bool | None = None
-    cpu_manager_policy_options: dict[str, str] = Field(default_factory=dict)
+    cpu_manager_policy_options: dict[str, str] = field(default_factory=dict)
     cpu_manager_reconcile_period: float = 10.0
     memory_manager_policy: str = "None"
     topology_manager_policy: str = "none"
     topology_manager_scope: str = "container"
-    topology_manager_policy_options: dict[str, str] = Field(default_factory=dict)
-    qos_reserved: dict[str, str] = Field(default_factory=dict)
+    topology_manager_policy_options: dict[str, str] = field(default_factory=dict)
+    qos_reserved: dict[str, str] = field(default_factory=dict)
     runtime_request_timeout: float = 120.0
     hairpin_mode: str = "promiscuous-bridge"
     max_pods: int = 110
@@ -279,13 +492,13 @@ class KubeletConfiguration(_Strict):
     kube_api_burst: int = 100
     serialize_image_pulls: bool = True
     max_parallel_image_pulls: int | None = None
-    eviction_hard: dict[str, str] = Field(default_factory=_default_eviction_hard)
-    eviction_soft: dict[str, str] = Field(default_factory=dict)
-    eviction_soft_grace_period: dict[str, str] = Field(default_factory=dict)
+    eviction_hard: dict[str, str] = field(default_factory=_default_eviction_hard)
+    eviction_soft: dict[str, str] = field(default_factory=dict)
+    eviction_soft_grace_period: dict[str, str] = field(default_factory=dict)
     eviction_pressure_transition_period: float = 300.0
     eviction_monitoring_period: float = 10.0  # upstream's evictionMonitoringPeriod (a constant before 1.33)
     eviction_max_pod_grace_period: int = 0
-    eviction_minimum_reclaim: dict[str, str] = Field(default_factory=dict)
+    eviction_minimum_reclaim: dict[str, str] = field(default_factory=dict)
     merge_default_eviction_settings: bool = False
     pods_per_core: int = 0
     enable_controller_attach_detach: bool = True
@@ -293,38 +506,38 @@ class KubeletConfiguration(_Strict):
     make_ip_tables_util_chains: bool = True
     iptables_masquerade_bit: int = 14
     iptables_drop_bit: int = 15
-    feature_gates: dict[str, bool] = Field(default_factory=dict)
+    feature_gates: dict[str, bool] = field(default_factory=dict)
     fail_swap_on: bool = True
-    memory_swap: dict[str, Any] = Field(default_factory=dict)
+    memory_swap: dict[str, Any] = field(default_factory=dict)
     container_log_max_size: str = "10Mi"
     container_log_max_files: int = 5
     container_log_max_workers: int = 1
     container_log_monitor_interval: float = 10.0
     config_map_and_secret_change_detection_strategy: str = "Watch"
-    system_reserved: dict[str, str] = Field(default_factory=dict)
-    kube_reserved: dict[str, str] = Field(default_factory=dict)
+    system_reserved: dict[str, str] = field(default_factory=dict)
+    kube_reserved: dict[str, str] = field(default_factory=dict)
     reserved_system_cpus: str = ""
     show_hidden_metrics_for_version: str = ""
     system_reserved_cgroup: str = ""
     kube_reserved_cgroup: str = ""
-    enforce_node_allocatable: list[str] = Field(default_factory=lambda: ["pods"])
-    allowed_unsafe_sysctls: list[str] = Field(default_factory=list)
+    enforce_node_allocatable: list[str] = field(default_factory=lambda: ["pods"])
+    allowed_unsafe_sysctls: list[str] = field(default_factory=list)
     volume_plugin_dir: str = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/"
     provider_id: str = ""
     kernel_memcg_notification: bool = False
-    logging: dict[str, Any] = Field(default_factory=lambda: {"format": "text"})
+    logging: dict[str, Any] = field(default_factory=lambda: {"format": "text"})
     enable_system_log_handler: bool = True
     enable_system_log_query: bool = False
     shutdown_grace_period: float = 0.0
     shutdown_grace_period_critical_pods: float = 0.0
-    shutdown_grace_period_by_pod_priority: list[dict[str, Any]] = Field(default_factory=list)
-    crash_loop_back_off: dict[str, Any] = Field(default_factory=dict)
-    reserved_memory: list[dict[str, Any]] = Field(default_factory=list)
+    shutdown_grace_period_by_pod_priority: list[dict[str, Any]] = field(default_factory=list)
+    crash_loop_back_off: dict[str, Any] = field(default_factory=dict)
+    reserved_memory: list[dict[str, Any]] = field(default_factory=list)
     enable_profiling_handler: bool = True
     enable_debug_flags_handler: bool = True
     seccomp_default: bool = False
     memory_throttling_factor: float = 0.9
-    register_with_taints: list[dict[str, Any]] = Field(default_factory=list)
+    register_with_taints: list[dict[str, Any]] = field(default_factory=list)
     register_node: bool = True
     tracing: dict[str, Any] | None = None
     local_storage_capacity_isolation: bool = True
@@ -333,189 +546,193 @@ class KubeletConfiguration(_Strict):
     fail_cgroup_v1: bool = False
     user_namespaces: dict[str, Any] | None = None
 
-    # ---- validation (upstream pkg/kubelet/apis/config/validation) ----
+    def __post_init__(self) -> None:
+        problems = _validate(self)
+        if problems:
+            raise ConfigError(_describe(problems))
 
-    @field_validator("api_version")
     @classmethod
-    def _api_version(cls, v: str) -> str:
-        if v != API_VERSION:
-            raise ValueError(f"must be {API_VERSION!r}, got {v!r}")
-        return v
+    def from_dict(cls, data: Mapping[str, object]) -> KubeletConfiguration:
+        """The configuration from its upstream JSON form (camelCase keys, duration strings).
 
-    @field_validator("kind")
-    @classmethod
-    def _kind(cls, v: str) -> str:
-        if v != KIND:
-            raise ValueError(f"must be {KIND!r}, got {v!r}")
-        return v
-
-    @field_validator("port")
-    @classmethod
-    def _port(cls, v: int) -> int:
-        if not 1 <= v <= 65535:
-            raise ValueError(f"must be between 1 and 65535, got {v}")
-        return v
-
-    @field_validator("healthz_port", "read_only_port")
-    @classmethod
-    def _opt_port(cls, v: int) -> int:
-        if not 0 <= v <= 65535:
-            raise ValueError(f"must be between 0 and 65535, got {v}")
-        return v
-
-    @field_validator("max_pods", "node_status_max_images", "pods_per_core")
-    @classmethod
-    def _non_negative_or_unlimited(cls, v: int, info: Any) -> int:
-        if info.field_name == "node_status_max_images" and v == -1:
-            return v
-        if v < 0:
-            raise ValueError(f"must be >= 0, got {v}")
-        return v
-
-    @field_validator("node_lease_duration_seconds")
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v <= 0:
-            raise ValueError(f"must be > 0, got {v}")
-        return v
-
-    @field_validator("allowed_unsafe_sysctls")
-    @classmethod
-    def _namespaced_sysctls(cls, v: list[str]) -> list[str]:
-        # upstream NewAllowlist: only namespaced sysctls (or prefix* patterns) can be allowed per pod
-        errors = sysctl.validate_patterns(v)
-        if errors:
-            raise ValueError("; ".join(errors))
-        return v
-
-    @field_validator("container_log_max_files")
-    @classmethod
-    def _at_least_two(cls, v: int) -> int:
-        # upstream's validation: the live log plus at least one rotated file
-        if v < 2:
-            raise ValueError(f"must be > 1, got {v}")
-        return v
-
-    @field_validator("sync_frequency", "file_check_frequency", "node_status_update_frequency",
-                     "node_status_report_frequency", "runtime_request_timeout", "eviction_monitoring_period")
-    @classmethod
-    def _positive_duration(cls, v: float) -> float:
-        if v <= 0:
-            raise ValueError(f"must be a positive duration, got {format_duration(v)}")
-        return v
-
-    @field_validator("image_gc_high_threshold_percent", "image_gc_low_threshold_percent")
-    @classmethod
-    def _percent(cls, v: int) -> int:
-        if not 0 <= v <= 100:
-            raise ValueError(f"must be between 0 and 100, got {v}")
-        return v
-
-    @field_validator("cgroup_driver")
-    @classmethod
-    def _driver(cls, v: str) -> str:
-        if v not in ("cgroupfs", "systemd"):
-            raise ValueError(f"must be cgroupfs or systemd, got {v!r}")
-        return v
-
-    @field_validator("container_log_max_size")
-    @classmethod
-    def _log_size(cls, v: str) -> str:
+        Missing fields keep their defaults; apiVersion and kind are optional here (the file
+        loaders require them).  Raises ``ConfigError`` naming every setting at fault.
+        """
         try:
-            parse_quantity(v)
-        except (QuantityError, ValueError) as e:
-            raise ValueError(f"invalid quantity {v!r}: {e}") from None
-        return v
-
-    @field_validator("system_reserved", "kube_reserved")
-    @classmethod
-    def _reserved(cls, v: dict[str, str]) -> dict[str, str]:
-        for name, q in v.items():
-            if name not in ("cpu", "memory", "ephemeral-storage", "pid"):
-                raise ValueError(f"unsupported resource {name!r} (cpu, memory, ephemeral-storage, pid)")
-            try:
-                if parse_quantity(q).value < 0:
-                    raise ValueError(f"{name}: must not be negative, got {q!r}")
-            except QuantityError as e:
-                raise ValueError(f"{name}: invalid quantity {q!r}: {e}") from None
-        return v
-
-    @field_validator("eviction_hard", "eviction_soft")
-    @classmethod
-    def _eviction(cls, v: dict[str, str]) -> dict[str, str]:
-        for signal, threshold in v.items():
-            if signal not in EVICTION_SIGNALS:
-                raise ValueError(f"unsupported eviction signal {signal!r}")
-            t = str(threshold).strip()
-            if t.endswith("%"):
-                try:
-                    pct = float(t[:-1])
-                except ValueError:
-                    raise ValueError(f"{signal}: invalid percentage {threshold!r}") from None
-                if not 0 <= pct <= 100:
-                    raise ValueError(f"{signal}: percentage must be between 0% and 100%, got {threshold!r}")
-            else:
-                try:
-                    parse_quantity(t)
-                except QuantityError as e:
-                    raise ValueError(f"{signal}: invalid quantity {threshold!r}: {e}") from None
-        return v
-
-    @field_validator("register_with_taints")
-    @classmethod
-    def _taints(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for t in v:
-            if not isinstance(t, dict) or not t.get("key"):
-                raise ValueError(f"taint {t!r} has no key")
-            if t.get("effect") not in TAINT_EFFECTS:
-                raise ValueError(f"taint {t.get('key')!r}: effect must be one of {', '.join(TAINT_EFFECTS)}")
-        return v
-
-    @model_validator(mode="after")
-    def _cross(self) -> KubeletConfiguration:
-        if self.image_gc_low_threshold_percent >= self.image_gc_high_threshold_percent and not (
-            self.image_gc_low_threshold_percent == self.image_gc_high_threshold_percent == 100
-        ):
-            raise ValueError(
-                "imageGCLowThresholdPercent must be less than imageGCHighThresholdPercent "
-                f"({self.image_gc_low_threshold_percent} >= {self.image_gc_high_threshold_percent})"
-            )
-        if self.node_status_report_frequency < self.node_status_update_frequency:
-            # Upstream validation only warns; raising the report period keeps the math simple.
-            object.__setattr__(self, "node_status_report_frequency", self.node_status_update_frequency)
-        return self
+            return _decode(cls, dict(data))
+        except _Invalid as e:
+            raise ConfigError(_describe(e.problems)) from None
 
     def to_dict(self) -> dict[str, Any]:
         """The configuration as upstream JSON (camelCase, durations as strings), e.g. for /configz."""
-        data = self.model_dump(by_alias=True)
-
-        def fix(model: BaseModel, out: dict[str, Any]) -> None:
-            for name, info in type(model).model_fields.items():
-                key = info.alias or name
-                val = getattr(model, name)
-                if name in _DURATION_FIELDS and isinstance(val, float):
-                    out[key] = format_duration(val)
-                elif isinstance(val, BaseModel):
-                    fix(val, out[key])
-
-        fix(self, data)
-        return data
+        return _to_json(self)
 
 
-def _format_validation_error(err: ValidationError, prefix: str = "") -> str:
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e.get("loc", ()))
-        msg = e.get("msg", "invalid")
-        if e.get("type") == "extra_forbidden":
-            msg = "unknown field"
-        elif msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
-        parts.append(f"{prefix}{loc}: {msg}" if loc else f"{prefix}{msg}")
-    return "; ".join(parts)
+# ---- validation (upstream pkg/kubelet/apis/config/validation) ----
 
 
-def parse_kubelet_config(data: Any, *, source: str = "config") -> KubeletConfiguration:
+def _range(lo: int, hi: int) -> Callable[[int], None]:
+    def check(v: int) -> None:
+        if not lo <= v <= hi:
+            raise ValueError(f"must be between {lo} and {hi}, got {v}")
+    return check
+
+
+def _one_of(*allowed: str, text: str) -> Callable[[str], None]:
+    def check(v: str) -> None:
+        if v not in allowed:
+            raise ValueError(f"must be {text}, got {v!r}")
+    return check
+
+
+def _equals(expected: str) -> Callable[[str], None]:
+    def check(v: str) -> None:
+        if v != expected:
+            raise ValueError(f"must be {expected!r}, got {v!r}")
+    return check
+
+
+def _non_negative(v: int) -> None:
+    if v < 0:
+        raise ValueError(f"must be >= 0, got {v}")
+
+
+def _non_negative_or_unlimited(v: int) -> None:
+    if v != -1:
+        _non_negative(v)
+
+
+def _positive(v: int) -> None:
+    if v <= 0:
+        raise ValueError(f"must be > 0, got {v}")
+
+
+def _positive_duration(v: float) -> None:
+    if v <= 0:
+        raise ValueError(f"must be a positive duration, got {format_duration(v)}")
+
+
+def _namespaced_sysctls(v: list[str]) -> None:
+    # upstream NewAllowlist: only namespaced sysctls (or prefix* patterns) can be allowed per pod
+    errors = sysctl.validate_patterns(v)
+    if errors:
+        raise ValueError("; ".join(errors))
+
+
+def _at_least_two(v: int) -> None:
+    # upstream's validation: the live log plus at least one rotated file
+    if v < 2:
+        raise ValueError(f"must be > 1, got {v}")
+
+
+def _log_size(v: str) -> None:
+    try:
+        parse_quantity(v)
+    except (QuantityError, ValueError) as e:
+        raise ValueError(f"invalid quantity {v!r}: {e}") from None
+
+
+def _reserved(v: dict[str, str]) -> None:
+    for name, q in v.items():
+        if name not in ("cpu", "memory", "ephemeral-storage", "pid"):
+            raise ValueError(f"unsupported resource {name!r} (cpu, memory, ephemeral-storage, pid)")
+        try:
+            if parse_quantity(q).value < 0:
+                raise ValueError(f"{name}: must not be negative, got {q!r}")
+        except QuantityError as e:
+            raise ValueError(f"{name}: invalid quantity {q!r}: {e}") from None
+
+
+def _eviction(v: dict[str, str]) -> None:
+    for signal, threshold in v.items():
+        if signal not in EVICTION_SIGNALS:
+            raise ValueError(f"unsupported eviction signal {signal!r}")
+        t = str(threshold).strip()
+        if t.endswith("%"):
+            try:
+                pct = float(t[:-1])
+            except ValueError:
+                raise ValueError(f"{signal}: invalid percentage {threshold!r}") from None
+            if not 0 <= pct <= 100:
+                raise ValueError(f"{signal}: percentage must be between 0% and 100%, got {threshold!r}")
+        else:
+            try:
+                parse_quantity(t)
+            except QuantityError as e:
+                raise ValueError(f"{signal}: invalid quantity {threshold!r}: {e}") from None
+
+
+def _taints(v: list[dict[str, Any]]) -> None:
+    for t in v:
+        if not isinstance(t, dict) or not t.get("key"):
+            raise ValueError(f"taint {t!r} has no key")
+        if t.get("effect") not in TAINT_EFFECTS:
+            raise ValueError(f"taint {t.get('key')!r}: effect must be one of {', '.join(TAINT_EFFECTS)}")
+
+
+# Python attribute path -> its checks, in the order of the model's fields.
+_CHECKS: dict[str, tuple[Callable[[Any], None], ...]] = {
+    "api_version": (_equals(API_VERSION),),
+    "kind": (_equals(KIND),),
+    "sync_frequency": (_positive_duration,),
+    "file_check_frequency": (_positive_duration,),
+    "port": (_range(1, 65535),),
+    "read_only_port": (_range(0, 65535),),
+    "authorization.mode": (_one_of("AlwaysAllow", "Webhook", text="AlwaysAllow or Webhook"),),
+    "healthz_port": (_range(0, 65535),),
+    "node_status_update_frequency": (_positive_duration,),
+    "node_status_report_frequency": (_positive_duration,),
+    "node_lease_duration_seconds": (_positive,),
+    "image_gc_high_threshold_percent": (_range(0, 100),),
+    "image_gc_low_threshold_percent": (_range(0, 100),),
+    "cgroup_driver": (_one_of("cgroupfs", "systemd", text="cgroupfs or systemd"),),
+    "runtime_request_timeout": (_positive_duration,),
+    "max_pods": (_non_negative,),
+    "node_status_max_images": (_non_negative_or_unlimited,),
+    "eviction_hard": (_eviction,),
+    "eviction_soft": (_eviction,),
+    "eviction_monitoring_period": (_positive_duration,),
+    "pods_per_core": (_non_negative,),
+    "container_log_max_size": (_log_size,),
+    "container_log_max_files": (_at_least_two,),
+    "system_reserved": (_reserved,),
+    "kube_reserved": (_reserved,),
+    "allowed_unsafe_sysctls": (_namespaced_sysctls,),
+    "register_with_taints": (_taints,),
+}
+
+
+def _attr(obj: object, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _validate(c: KubeletConfiguration) -> list[tuple[str, str]]:
+    """Every problem of ``c`` as (JSON path, message); applies upstream's one defaulting rule."""
+    problems = []
+    for dotted, checks in _CHECKS.items():
+        value = _attr(c, dotted)
+        for check in checks:
+            try:
+                check(value)
+            except ValueError as e:
+                problems.append((_json_path(dotted), str(e)))
+                break
+    if problems:
+        return problems
+    if c.image_gc_low_threshold_percent >= c.image_gc_high_threshold_percent and not (
+        c.image_gc_low_threshold_percent == c.image_gc_high_threshold_percent == 100
+    ):
+        return [("", "imageGCLowThresholdPercent must be less than imageGCHighThresholdPercent "
+                     f"({c.image_gc_low_threshold_percent} >= {c.image_gc_high_threshold_percent})")]
+    if c.node_status_report_frequency < c.node_status_update_frequency:
+        # Upstream validation only warns; raising the report period keeps the math simple.
+        c.node_status_report_frequency = c.node_status_update_frequency
+    return []
+
+
+def parse_kubelet_config(data: object, *, source: str = "config") -> KubeletConfiguration:
     """Validate a decoded KubeletConfiguration document (dict) or raise ConfigError."""
     if data is None:
         data = {}
@@ -525,9 +742,9 @@ def parse_kubelet_config(data: Any, *, source: str = "config") -> KubeletConfigu
         if key not in data:
             raise ConfigError(f"{source}: {key} is required ({key}: {API_VERSION if key == 'apiVersion' else KIND})")
     try:
-        return KubeletConfiguration.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(f"{source}: {_format_validation_error(e)}") from None
+        return KubeletConfiguration.from_dict(data)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
 
 
 def load_config_file(path: str | os.PathLike[str]) -> KubeletConfiguration:
@@ -751,11 +968,11 @@ def _build_parser() -> _ArgParser:
     return p
 
 
-def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    for part in parts[:-1]:
-        data = data.setdefault(part, {})
-    data[parts[-1]] = value
+def _set_path(obj: object, dotted: str, value: object) -> None:
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        obj = getattr(obj, part)
+    setattr(obj, leaf, value)
 
 
 def _conv(flag: str, conv: Callable[[str], Any], raw: str) -> Any:
@@ -769,42 +986,29 @@ def load_options(argv: Sequence[str]) -> AgentOptions:
     """Parse flags (+ the --config file) into AgentOptions; raise ConfigError naming the culprit."""
     ns = _build_parser().parse_args(list(argv))
     config_path = Path(ns.config) if ns.config else None
-    if config_path is not None:
-        base = load_config_file(config_path)
-        data = base.model_dump(by_alias=False)
-    else:
-        data = KubeletConfiguration().model_dump(by_alias=False)
+    config = load_config_file(config_path) if config_path is not None else KubeletConfiguration()
 
-    # Flags override the file.  Keep track of which flag set which field, to name it on error.
+    # Flags override the file (their converters give the fields' types); the result is validated
+    # again.  Keep track of which flag set which field, to name it on error.
     flag_for_field: dict[str, str] = {}
     for flag, (fname, conv) in _CONFIG_FLAGS.items():
         raw = getattr(ns, "cfg_" + flag[2:].replace("-", "_"))
         if raw is None:
             continue
-        _set_path(data, fname, _conv(flag, conv, raw))
-        flag_for_field[fname.split(".")[-1]] = flag
+        _set_path(config, fname, _conv(flag, conv, raw))
+        flag_for_field[_json_path(fname)] = flag
     if ns.container_runtime_endpoint is not None:
-        data["container_runtime_endpoint"] = ns.container_runtime_endpoint
+        config.container_runtime_endpoint = ns.container_runtime_endpoint
     if ns.image_service_endpoint is not None:
-        data["image_service_endpoint"] = ns.image_service_endpoint
+        config.image_service_endpoint = ns.image_service_endpoint
     if ns.register_node is not None:
-        data["register_node"] = _conv("--register-node", _bool, ns.register_node)
-    taints = data.get("register_with_taints") or []
+        config.register_node = _conv("--register-node", _bool, ns.register_node)
     if ns.register_with_taints is not None:
-        taints = _conv("--register-with-taints", parse_taints, ns.register_with_taints)
-        data["register_with_taints"] = taints
-
-    try:
-        config = KubeletConfiguration.model_validate(data)
-    except ValidationError as e:
-        msgs = []
-        for err in e.errors():
-            loc = [str(x) for x in err.get("loc", ())]
-            named = next((flag_for_field[x] for x in loc if x in flag_for_field), None)
-            what = named or (_alias(loc[0]) if loc else "config")
-            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-            msgs.append(f"{what}: {msg}")
-        raise ConfigError("; ".join(msgs)) from None
+        config.register_with_taints = _conv("--register-with-taints", parse_taints, ns.register_with_taints)
+    problems = _validate(config)
+    if problems:
+        raise ConfigError("; ".join(f"{flag_for_field.get(path) or path or 'config'}: {msg}"
+                                    for path, msg in problems))
 
     labels = _conv("--node-labels", parse_node_labels, ns.node_labels) if ns.node_labels is not None else {}
     verbosity = _conv("--v", _verbosity, ns.v) if ns.v is not None else 0

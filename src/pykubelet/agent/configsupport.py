@@ -19,7 +19,7 @@ import enum
 import sys
 from dataclasses import dataclass
 
-from pykubelet.agent.config import KubeletConfiguration
+from pykubelet.agent.config import KubeletConfiguration, json_names
 
 
 class Support(enum.Enum):
@@ -198,12 +198,12 @@ def _attr(obj: object, dotted: str) -> object:
 
 def json_fields() -> list[str]:
     """The model's fields by JSON name, in declaration order."""
-    return [info.alias or name for name, info in KubeletConfiguration.model_fields.items()]
+    return list(json_names(KubeletConfiguration).values())
 
 
 def _value(config: KubeletConfiguration, json_name: str) -> object:
-    for name, info in KubeletConfiguration.model_fields.items():
-        if (info.alias or name) == json_name:
+    for name, json in json_names(KubeletConfiguration).items():
+        if json == json_name:
             return getattr(config, name)
     raise KeyError(json_name)
 

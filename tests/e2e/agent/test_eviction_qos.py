@@ -42,7 +42,7 @@ def api_pod(name: str, *containers: dict[str, Any], **spec: Any) -> dict[str, An
 
 async def run_engine(containerd: Any, root: Path, tmp_path: Path, config: dict[str, Any],
                      check: Callable[[Kubelet, Callable[..., Awaitable[None]], Status], Awaitable[None]]) -> None:
-    cfg = KubeletConfiguration.model_validate({
+    cfg = KubeletConfiguration.from_dict({
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         "cgroupRoot": containerd.cgroup_parent, "podLogsDir": str(tmp_path / "logs"),
         "evictionPressureTransitionPeriod": "4s", **config})

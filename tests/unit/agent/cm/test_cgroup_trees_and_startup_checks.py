@@ -79,7 +79,7 @@ async def test_qos_tiers_follow_node_allocatable_and_pods(tmp_path: Path) -> Non
 async def test_reserved_cgroup_must_exist_when_enforced(tmp_path: Path) -> None:
     mount = v2_tree(tmp_path)
     cm = PodCgroupManager("/pk", mount=str(mount))
-    cfg = KubeletConfiguration.model_validate({"enforceNodeAllocatable": ["pods", "system-reserved"],
+    cfg = KubeletConfiguration.from_dict({"enforceNodeAllocatable": ["pods", "system-reserved"],
                                                "systemReserved": {"memory": "100Mi"},
                                                "systemReservedCgroup": "/system.slice"})
     with pytest.raises(ConfigError, match="systemReservedCgroup"):

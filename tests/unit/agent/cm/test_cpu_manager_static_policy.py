@@ -19,7 +19,7 @@ TOPOLOGY = [CPUInfo(c, core=c % 4, socket=(c % 4) // 2) for c in range(8)]
 
 
 def static(tmp_path: Path, **cfg: object) -> CPUManager:
-    conf = KubeletConfiguration.model_validate({"cpuManagerPolicy": "static", **cfg})
+    conf = KubeletConfiguration.from_dict({"cpuManagerPolicy": "static", **cfg})
     return CPUManager(conf, tmp_path, topology=TOPOLOGY)
 
 
