@@ -250,7 +250,7 @@ class PodSyncer:
             p, rt, reasons=inputs.reasons, host_ips=self.host_ips, qos_class=podutil.qos_class(pod),
             probes=inputs.probes,
         )
-        if self.statuses.set_pod_status(pod, status):
+        if self.statuses.set_pod_status(pod, status, handed_over=True):  # only read from here on
             self._unchanged.pop(uid, None)
         else:
             self._unchanged[uid] = inputs
@@ -390,7 +390,7 @@ class PodSyncer:
         finally:
             self._reporting.discard(uid)
         status = self.generate(pod, fresh)
-        self.statuses.set_pod_status(pod, status)
+        self.statuses.set_pod_status(pod, status, handed_over=True)  # only read from here on
         self._observe_start(uid, status)
         return fresh
 
@@ -404,7 +404,7 @@ class PodSyncer:
         self.cache.set(uid, rt)
         self._last_sync[uid] = self.clock()
         if not self.pods.is_rejected(uid):
-            self.statuses.set_pod_status(pod, self.generate(pod, rt, terminal=True))
+            self.statuses.set_pod_status(pod, self.generate(pod, rt, terminal=True), handed_over=True)
 
     async def sync_terminated_pod(self, pod: Pod) -> None:
         uid = pod_uid(pod)

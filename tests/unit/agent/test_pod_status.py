@@ -220,6 +220,21 @@ async def test_status_manager_keeps_its_own_copy_of_a_status(reason: str) -> Non
     assert sm.peek_pod_status("uid-p") == expected
 
 
+async def test_a_status_handed_over_to_the_status_manager_is_kept_without_a_copy_and_still_read_as_a_copy() -> None:
+    p = pod(containers=["a"])
+    sm = StatusManager(None)
+    given = generate_api_status(p, runtime_status(running("a")))
+    expected = copy.deepcopy(given)
+    assert sm.set_pod_status(p, given, handed_over=True)
+    assert sm.peek_pod_status("uid-p") is given  # the pod syncer's fresh status, never changed after
+    read = sm.get_pod_status("uid-p")
+    read["conditions"].append({})  # type: ignore[index]
+    assert sm.peek_pod_status("uid-p") == expected  # readers still get their own copy
+    again = generate_api_status(p, runtime_status(running("a")))
+    assert not sm.set_pod_status(p, again, handed_over=True)  # equal: no new version
+    assert sm.peek_pod_status("uid-p") is given
+
+
 async def test_status_manager_skips_recreated_pod_and_deletes_terminated() -> None:
     p = pod(containers=["a"])
     api = api_with(p)

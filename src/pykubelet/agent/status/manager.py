@@ -157,8 +157,10 @@ class StatusManager:
         e = self._entries.get(uid)
         return e.version if e else 0
 
-    def set_pod_status(self, pod: Pod, status: JSONObj) -> bool:
-        """Cache ``status``; return True when it changed."""
+    def set_pod_status(self, pod: Pod, status: JSONObj, *, handed_over: bool = False) -> bool:
+        """Cache ``status``; return True when it changed. The manager keeps its own copy, unless the
+        caller hands the status over (``handed_over``: a status generated for this call that nobody
+        changes afterwards, as the pod syncer's; saves a copy, ~11 µs, two per started pod)."""
         md = pod.get("metadata") or {}
         uid = md.get("uid", "")
         ann = md.get("annotations") or {}
@@ -172,13 +174,13 @@ class StatusManager:
                 status = {**status, "phase": old_phase}
             if status_equal(e.status, status):
                 return False
-            e.status = _copy(status)
+            e.status = status if handed_over else _copy(status)
             e.version += 1
         else:
             e = self._entries[uid] = _Entry(
                 namespace=md.get("namespace", "default"), name=md.get("name", ""), uid=uid,
                 static=podutil.is_static_pod(pod), config_hash=ann.get(labels.CONFIG_HASH_ANNOTATION, ""),
-                status=_copy(status),
+                status=status if handed_over else _copy(status),
             )
             if not e.static and md.get("resourceVersion"):  # an API pod: its status as the watch saw it
                 e.observe(pod)
