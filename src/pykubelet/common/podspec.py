@@ -1002,7 +1002,16 @@ def _downward_volume_errors(v: dict[str, Any], path: str) -> FieldErrors:
     return errs
 
 
+# A dotted-quad IPv4 address without leading zeros: what ``ipaddress.ip_address`` accepts for
+# every pod and host IP the kubelets write, checked without building an address object (the
+# status PATCH's validation parsed each IP). Anything else goes to ``ipaddress`` as before.
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
+_PLAIN_IPV4 = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}")
+
+
 def _ip_errors(value: Any, path: str) -> FieldErrors:
+    if type(value) is str and _PLAIN_IPV4.fullmatch(value):
+        return []
     try:
         ipaddress.ip_address(value)
     except ValueError:

@@ -18,6 +18,7 @@ Upstream behaviour followed (k8s.io/apimachinery/pkg/api/resource/quantity.go):
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -92,6 +93,19 @@ def parse_quantity(s: str | int | float | Quantity) -> Quantity:
         s = repr(s)
     if not isinstance(s, str):
         raise QuantityError(_PARSE_ERROR)
+    return _parse_text(s) if len(s) <= _MEMO_MAX_LEN else _parse_text.__wrapped__(s)
+
+
+_MEMO_MAX_LEN = 64  # longer strings (valid ones can be any length) are parsed, not remembered
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(s: str) -> Quantity:
+    """:func:`parse_quantity` of a string.  Memoized: the API server and the agent parse the same
+    few requests and limits ("100m", "64Mi") for every pod, through ``Decimal`` each time; a
+    :class:`Quantity` is immutable, so sharing it is safe.  A string that does not parse raises
+    each time (``lru_cache`` keeps no exceptions); only strings of up to ``_MEMO_MAX_LEN``
+    characters are remembered, so the memo stays small whatever clients send."""
     text = s.strip()
     m = _RE.match(text)
     if not m:

@@ -56,6 +56,7 @@ import logging
 import math
 import random
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -223,19 +224,36 @@ def _depth_exceeded(obj: Any, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def parse_json(raw: bytes) -> Body:
-    """JSON as Go's decoder reads it: no NaN/Infinity, duplicates remembered, depth bounded."""
-    dups: dict[int, list[str]] = {}
+class _BodyDecoder(threading.local):
+    """One ``JSONDecoder`` per thread for :func:`parse_json` (``json.loads`` with a hook built a
+    decoder and its scanner for every request body).  ``dups``: the duplicate keys of the body
+    being parsed, reset by each call (a parse runs to its end without yielding)."""
 
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    def __init__(self) -> None:
+        self.dups: dict[int, list[str]] = {}
+        self.decoder = json.JSONDecoder(object_pairs_hook=self._pairs, parse_constant=_reject_constant)
+
+    def _pairs(self, items: list[tuple[str, Any]]) -> dict[str, Any]:
         d = dict(items)
         if len(d) != len(items):
             seen: set[str] = set()
-            dups[id(d)] = [k for k, _ in items if k in seen or seen.add(k)]  # type: ignore[func-returns-value]
+            self.dups[id(d)] = [k for k, _ in items if k in seen or seen.add(k)]  # type: ignore[func-returns-value]
         return d
 
+    def parse(self, raw: bytes) -> tuple[Any, dict[int, list[str]]]:
+        """What ``json.loads(raw, object_pairs_hook=..., parse_constant=...)`` returns, and the
+        duplicates; the same errors (the encoding detected and decoded as ``json.loads`` does)."""
+        dups = self.dups = {}
+        return self.decoder.decode(raw.decode(json.detect_encoding(raw), "surrogatepass")), dups
+
+
+_body_decoder = _BodyDecoder()
+
+
+def parse_json(raw: bytes) -> Body:
+    """JSON as Go's decoder reads it: no NaN/Infinity, duplicates remembered, depth bounded."""
     try:
-        obj = json.loads(raw, object_pairs_hook=pairs, parse_constant=_reject_constant)
+        obj, dups = _body_decoder.parse(raw)
     except RecursionError as e:
         raise ValueError("exceeded max depth") from e
     # Nesting needs an opening bracket per level: a body with no more brackets than the limit in

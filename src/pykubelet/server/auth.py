@@ -31,6 +31,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import os
 import secrets
 import socket
 import ssl
@@ -271,6 +272,8 @@ class TokenAuth:
         self.pki = pki
         self._static: dict[str, UserInfo] = {}
         self._mtime = -1.0
+        self._path_str = str(self.path)
+        self._sa_key: tuple[tuple[int, int, int, int], bytes] | None = None
         # Checks a verified JWT's bound objects still exist (the registry's, as upstream's
         # validator reads them from the API): returns why the token is no longer valid, or "".
         self.claims_validator: Callable[[dict[str, Any]], str] | None = None
@@ -279,7 +282,7 @@ class TokenAuth:
 
     def _reload(self) -> None:
         try:
-            mtime = self.path.stat().st_mtime
+            mtime = os.stat(self._path_str).st_mtime  # every request: os.stat, not Path.stat
         except FileNotFoundError:
             self._static = {}
             return
@@ -314,6 +317,18 @@ class TokenAuth:
 
     def authenticate(self, token: str) -> UserInfo | None:
         return self.authenticate_token(token)[0]
+
+    def _sa_key_bytes(self) -> bytes:
+        """The service-account signing key (``pki/sa.key``), read again only when the file
+        changed (its inode, size, mtime or ctime): a kubelet's TokenRequest per started pod opened
+        and read it each time.  A replaced key is used from the next token on, as before; a
+        missing file raises ``OSError`` as reading it did."""
+        path = self.pki.sa_key
+        st = os.stat(path)
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if self._sa_key is None or self._sa_key[0] != sig:
+            self._sa_key = (sig, path.read_bytes())
+        return self._sa_key[1]
 
     def authenticate_token(self, token: str, audiences: list[str] | None = None) -> tuple[UserInfo | None, str]:
         """The user a bearer token stands for, or None and why not (TokenReview's status.error).
@@ -374,7 +389,7 @@ class TokenAuth:
                   "kubernetes.io": k8s}
         head = _b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "pykubelet"}).encode())
         body = _b64(json.dumps(claims, separators=(",", ":")).encode())
-        sig = hmac.new(self.pki.sa_key.read_bytes(), f"{head}.{body}".encode(), hashlib.sha256).digest()
+        sig = hmac.new(self._sa_key_bytes(), f"{head}.{body}".encode(), hashlib.sha256).digest()
         return f"{head}.{body}.{_b64(sig)}", exp
 
     def verify_sa_token(self, token: str, audiences: list[str] | None = None) -> dict[str, Any] | None:
@@ -382,7 +397,7 @@ class TokenAuth:
         if len(parts) != 3:
             return None
         try:
-            want = hmac.new(self.pki.sa_key.read_bytes(), f"{parts[0]}.{parts[1]}".encode(), hashlib.sha256).digest()
+            want = hmac.new(self._sa_key_bytes(), f"{parts[0]}.{parts[1]}".encode(), hashlib.sha256).digest()
             if not hmac.compare_digest(want, _unb64(parts[2])):
                 return None
             claims = json.loads(_unb64(parts[1]))

@@ -15,6 +15,15 @@ flag and file format, :mod:`pykubelet.server.encryption`) encrypts the configure
 file is read before anything starts, so a bad one, or stored data that its keys cannot read, stops
 the server with an error naming the problem and exit code 1, as kube-apiserver refuses to start.
 
+Garbage collection: :func:`main` raises the collector's first threshold from 700 to
+``GC_YOUNG_THRESHOLD`` (:func:`tune_gc`).  The server's heap grows by millions of container objects
+with the pods, their Events, the watch history and the informers' copies, and CPython 3.11 makes a
+full collection whenever the objects that survived since the last one reach a quarter of the rest:
+in a 100-node hollow run that was 16 full collections of a growing heap (~0.4 s each) and 2,000
+young ones, 16 % of the server's CPU.  With 50,000 the young collections are rarer and a full one is
+considered only every 5 million net allocations (1 in that run).  Nothing a client sees depends on
+it; reference cycles (which the API objects, plain JSON trees, never form) are freed later.
+
 Requests are logged (aiohttp's access log) only with ``--access-log`` or ``-v``, as upstream's
 apiserver logs them only at ``-v=3``: at 100 hollow nodes the lines cost 7 % of the server's CPU.
 
@@ -28,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import re
 import signal
@@ -370,9 +380,20 @@ def configure_logging(args: argparse.Namespace) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.INFO if args.access_log or args.verbose else logging.WARNING)
 
 
+GC_YOUNG_THRESHOLD = 50_000  # the collector's generation-0 threshold in the server process (default 700)
+
+
+def tune_gc() -> None:
+    """The server's collector thresholds (see the module docstring): the young generation's
+    raised, the other two as CPython sets them."""
+    _young, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
+    tune_gc()
     try:
         return aio.run(_amain(args))
     except (OSError, EncryptionConfigError, StorageError) as e:

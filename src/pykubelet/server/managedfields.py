@@ -35,8 +35,14 @@ _SYSTEM_META = {"name", "namespace", "uid", "resourceVersion", "generation", "cr
 
 def _item_key(item: Any, key: str | None) -> str | None:
     if key is not None and isinstance(item, dict) and key in item:
-        return "k:" + json.dumps({key: item[key]}, separators=(",", ":"), sort_keys=True)
+        v = item[key]
+        if type(v) is str:  # the usual key (a name): the bytes json.dumps writes, without an encoder
+            return f"k:{{{_encode_str(key)}:{_encode_str(v)}}}"
+        return "k:" + json.dumps({key: v}, separators=(",", ":"), sort_keys=True)
     return None
+
+
+_encode_str = json.encoder.encode_basestring_ascii  # what json.dumps (ensure_ascii) writes for a str
 
 
 def _paths(value: Any, parent: str, prefix: Path, out: set[Path]) -> None:
@@ -178,10 +184,22 @@ class FieldsTree(dict[str, Any]):
     __slots__ = ()
 
 
-def to_fields_v1(paths: set[Path]) -> Obj:
-    tree: Obj = FieldsTree()
+def to_fields_v1(paths: set[Path] | frozenset[Path]) -> Obj:
+    """The FieldsV1 tree of ``paths`` (keys sorted at every level).
+
+    The same set gives the same tree object (:func:`_tree_of`, an LRU): pods made from one
+    template, their Events and the kubelet's status writes give their managers the same sets
+    over and over, and sorting the paths (tuples) was most of the cost of building the tree.
+    Sharing the tree between objects is what the store already does between the revisions of
+    one object (:func:`record` keeps an unchanged tree): nothing changes a tree in place."""
+    return _tree_of(paths if type(paths) is frozenset else frozenset(paths))
+
+
+@functools.lru_cache(maxsize=512)
+def _tree_of(paths: frozenset[Path]) -> FieldsTree:
+    tree = FieldsTree()
     for p in sorted(paths):
-        node = tree
+        node: Obj = tree
         for el in p:
             node = node.setdefault(el, {})
     return tree
