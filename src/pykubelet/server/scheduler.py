@@ -285,7 +285,25 @@ def resource_failures(pod: Obj, node: Obj, node_pods: list[Obj]) -> list[str]:
     return _resource_failures(PodInfo.of(pod), NodeInfo.build(node, node_pods))
 
 
-def _filter(pod: Obj, pinfo: PodInfo, tolerations: list[Obj], ni: NodeInfo, vols: VolumeState | None) -> list[str]:
+def _needs_affinity(pod: Obj) -> bool:
+    """Whether :func:`matches_node_affinity` can say no for this pod: without a nodeSelector and a
+    required node affinity it says yes to every node."""
+    spec = _spec(pod)
+    if spec.get("nodeSelector"):
+        return True
+    affinity = spec.get("affinity") or {}
+    node_affinity = affinity.get("nodeAffinity") or {} if isinstance(affinity, dict) else None
+    if not isinstance(node_affinity, dict):
+        return True  # not the shape the API stores: the per-node check decides, as before
+    return (node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or None) is not None
+
+
+def _filter(pod: Obj, pinfo: PodInfo, tolerations: list[Obj], ni: NodeInfo, vols: VolumeState | None,
+            *, affinity: bool = True, claims: bool = True) -> list[str]:
+    """The Filter plugins in upstream's order, first failing one only.  ``affinity`` / ``claims``:
+    False when the pod has no node selector or required affinity / no claims (the node-affinity
+    and volume filters then pass every node; :func:`schedule_on` works that out once per pod
+    instead of once per node)."""
     node = ni.node or {}
     if _spec(node).get("unschedulable"):
         unsched = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
@@ -294,15 +312,16 @@ def _filter(pod: Obj, pinfo: PodInfo, tolerations: list[Obj], ni: NodeInfo, vols
     want = _spec(pod).get("nodeName")
     if want and want != ni.name:
         return [REASON_NODE_NAME]
-    taint = first_untolerated_taint(ni.taints, tolerations, ("NoSchedule", "NoExecute"))
-    if taint is not None:
-        return [f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}"]
-    if not matches_node_affinity(pod, node):
+    if ni.taints:
+        taint = first_untolerated_taint(ni.taints, tolerations, ("NoSchedule", "NoExecute"))
+        if taint is not None:
+            return [f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}"]
+    if affinity and not matches_node_affinity(pod, node):
         return [REASON_AFFINITY]
     if pinfo.ports and _ports_clash(pinfo.ports, (hp for ports in ni.port_pods.values() for hp in ports)):
         return [REASON_PORTS]
     fails = _resource_failures(pinfo, ni)
-    if fails or vols is None:
+    if fails or vols is None or not claims:
         return fails
     return volume_filter(pod, node, vols)
 
@@ -438,10 +457,12 @@ def schedule_on(pod: Obj, infos: list[NodeInfo], vols: VolumeState | None = None
             return Decision(None, fit_error_message(len(infos), {}, pre))
     pinfo = PodInfo.of(pod)
     tolerations = _tolerations(pod)
+    affinity = _needs_affinity(pod)
+    claims = vols is not None and bool(pod_claims(pod))
     reasons: dict[str, int] = {}
     best: tuple[int, str] | None = None
     for ni in infos:
-        fails = _filter(pod, pinfo, tolerations, ni, vols)
+        fails = _filter(pod, pinfo, tolerations, ni, vols, affinity=affinity, claims=claims)
         if fails:
             for r in fails:
                 reasons[r] = reasons.get(r, 0) + 1
