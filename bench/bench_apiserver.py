@@ -7,6 +7,15 @@ Baseline in the same run: a bare aiohttp HTTPS endpoint with the same certificat
 JSON body and answers 201 with it -- the floor of one request in this stack -- so the printed ratio
 is what the API machinery (auth, defaulting, validation, SQLite, watch fan-out) costs on top.
 Usage: .venv/bin/python bench/bench_apiserver.py [--pods 1000,10000] [--watchers 100]
+
+``--per-request N``: the server's CPU per request, in process (issue 17). ``ApiHttp._dispatch`` is
+called with mocked aiohttp requests (authentication, authorization, body parsing, registry, storage
+and the response object; no sockets, no TLS), for each of N pods the writes a pod costs the control
+plane in ``bench_hollow.py`` (admin token): create, ``pods/binding``, the scheduler's Event, the
+kubelet's first status merge PATCH (Pending), three Events (Pulled, Created, Started) and the
+Running status PATCH; a node with a ``spec.nodeName`` pod watch is open, as each kubelet's is.
+Prints the median thread CPU of each request (after ``--warm`` pods) and the mean per pod.
+Usage: ``.venv/bin/python bench/bench_apiserver.py --per-request 600 [--warm 100]``.
 """
 
 from __future__ import annotations
@@ -135,11 +144,118 @@ async def start_floor_server(pki_dir: Path) -> str:
     return f"https://127.0.0.1:{port}/floor"
 
 
+NODE = "bench-node"
+
+
+def _status(phase: str, n: int, started: str) -> dict[str, Any]:
+    """The kubelet's status merge PATCH body (``status/manager.py`` sends the whole status)."""
+    running = phase == "Running"
+    cond = "True" if running else "False"
+    conds = [{"type": t, "status": s, "lastProbeTime": None, "lastTransitionTime": started}
+             for t, s in (("PodReadyToStartContainers", cond), ("Initialized", "True"), ("Ready", cond),
+                          ("ContainersReady", cond), ("PodScheduled", "True"))]
+    state: dict[str, Any] = ({"running": {"startedAt": started}} if running
+                             else {"waiting": {"reason": "ContainerCreating"}})
+    cs = {"name": "c", "state": state, "lastState": {}, "ready": running, "restartCount": 0,
+          "image": "docker.io/library/busybox:latest", "imageID": "", "started": running,
+          "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                            "readOnly": True, "recursiveReadOnly": "Disabled"}]}
+    if running:
+        cs["imageID"] = "docker.io/library/busybox@sha256:" + "ab" * 32
+        cs["containerID"] = f"containerd://{n:064x}"
+    st: dict[str, Any] = {"phase": phase, "conditions": conds, "hostIP": "10.0.0.1",
+                          "hostIPs": [{"ip": "10.0.0.1"}], "startTime": started,
+                          "containerStatuses": [cs], "qosClass": "BestEffort"}
+    if running:
+        ip = f"10.244.{n // 250 % 250}.{n % 250 + 2}"
+        st["podIP"] = ip
+        st["podIPs"] = [{"ip": ip}]
+    return st
+
+
+def _event(pod_name: str, uid: str, n: int, reason: str, source: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{pod_name}.{n:x}{reason.lower()}", "namespace": "default"},
+            "involvedObject": {"kind": "Pod", "namespace": "default", "name": pod_name, "uid": uid,
+                               "apiVersion": "v1", "fieldPath": "spec.containers{c}"},
+            "reason": reason, "message": f"{reason} container c", "type": "Normal",
+            "source": {"component": source, "host": NODE}, "firstTimestamp": "2026-12-01T00:00:00Z",
+            "lastTimestamp": "2026-12-01T00:00:00Z", "count": 1, "reportingComponent": source,
+            "reportingInstance": NODE}
+
+
+async def per_request(pods: int, warm: int) -> None:
+    """See the module docstring (``--per-request``)."""
+    from aiohttp.test_utils import make_mocked_request
+
+    with tempfile.TemporaryDirectory() as d:
+        async with run_server(Path(d), port=0, controllers=False) as srv:
+            http = srv.http
+            auth = {"Authorization": f"Bearer {srv.admin_token}", "User-Agent": "bench/v1"}
+
+            async def call(method: str, path: str, body: dict[str, Any], ct: str = "application/json") -> float:
+                raw = json.dumps(body).encode()
+                req = make_mocked_request(method, path, headers={**auth, "Content-Type": ct})
+                req._read_bytes = raw  # what request.read() returns
+                t = time.thread_time()
+                resp = await http._errors(req, http._dispatch)
+                took = time.thread_time() - t
+                assert resp.status < 300, (method, path, resp.status, getattr(resp, "body", b"")[:300])
+                return took
+
+            await call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+            watch = srv.store.watch("pods", None, srv.store.revision, index=("spec.nodeName", NODE))
+            times: dict[str, list[float]] = {}
+            base = "/api/v1/namespaces/default/pods"
+            for n in range(warm + pods):
+                name = f"p{n}"
+                got: list[tuple[str, float]] = []
+                spec = {"containers": [{"name": "c", "image": "busybox", "resources": {
+                    "requests": {"cpu": "10m", "memory": "16Mi"}}}], "schedulerName": "default-scheduler"}
+                got.append(("create", await call("POST", base, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                    "name": name, "labels": {"app": "bench"}}, "spec": spec})))
+                uid = srv.store.peek("pods", "default", name)["metadata"]["uid"]  # type: ignore[index]
+                got.append(("binding", await call("POST", f"{base}/{name}/binding", {
+                    "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "uid": uid},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}})))
+                got.append(("event", await call("POST", "/api/v1/namespaces/default/events",
+                                                _event(name, uid, n, "Scheduled", "default-scheduler"))))
+                started = "2026-12-01T00:00:01Z"
+                got.append(("status PATCH", await call("PATCH", f"{base}/{name}/status", {
+                    "metadata": {"uid": uid}, "status": _status("Pending", n, started)},
+                    "application/merge-patch+json")))
+                for reason in ("Pulled", "Created", "Started"):
+                    got.append(("event", await call("POST", "/api/v1/namespaces/default/events",
+                                                    _event(name, uid, n, reason, "kubelet"))))
+                got.append(("status PATCH", await call("PATCH", f"{base}/{name}/status", {
+                    "metadata": {"uid": uid}, "status": _status("Running", n, started)},
+                    "application/merge-patch+json")))
+                while not watch.queue.empty():
+                    ev = watch.queue.get_nowait()
+                    if ev is not None:
+                        ev.encoded()  # what the node's watch sends
+                if n >= warm:
+                    for k, v in got:
+                        times.setdefault(k, []).append(v)
+                    times.setdefault("pod", []).append(sum(v for _, v in got))
+            for k, v in times.items():
+                if k == "pod":
+                    continue
+                print(f"{k:>14}: median {statistics.median(v) * 1e6:7.1f} us ({len(v)} requests)")
+            print(f"mean CPU per pod ({len(times['pod'])} pods, 8 requests): "
+                  f"{statistics.fmean(times['pod']) * 1e3:.3f} ms")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pods", default="1000,10000")
     p.add_argument("--watchers", type=int, default=100)
+    p.add_argument("--per-request", type=int, default=0, metavar="N")
+    p.add_argument("--warm", type=int, default=100)
     a = p.parse_args()
+    if a.per_request:
+        asyncio.run(per_request(a.per_request, a.warm))
+        return
     asyncio.run(bench([int(x) for x in a.pods.split(",")], a.watchers))
 
 

@@ -245,6 +245,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for k, (spy, out) in spies.items():
                 if await stop_py_spy(spy, out) is not None:
                     result["profile"][k] = summarize_profile(out, took, rate=50, top=25, share=True)
+                    if args.profile_out:
+                        shutil.copy(out, f"{args.profile_out}.{k}.txt")
         await creating
         seen = await waiter
         result["all_running_s"] = round(max(seen.values()) - t0, 2)
@@ -311,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle", type=float, default=10.0, help="seconds to wait, then to sample, idle nodes")
     p.add_argument("--profile", type=float, default=0.0, metavar="S",
                    help="py-spy the server and the hollow process over the first S seconds of the run")
+    p.add_argument("--profile-out", default=None, metavar="PATH",
+                   help="keep the raw py-spy output of --profile as PATH.<process>.txt")
     p.add_argument("--prebound", action="store_true",
                    help="create the pods with spec.nodeName set (round-robin): leaves the scheduler out")
     p.add_argument("--hollow-processes", type=int, default=1, metavar="P",
