@@ -8,12 +8,13 @@ the agent reads these; nothing re-reads flags or files later.  Every failure bec
 with status 1 — upstream's kubelet likewise refuses to start on an invalid configuration instead of
 guessing.
 
-The model is a set of plain dataclasses read by a small decoder of its own (``_decode``: the JSON
-name of every field, its annotation's shape — str, bool, int, float, duration, optional, list, map,
-section — and the validation table ``_CHECKS``), not a validation library: the configuration is
-read once, and pydantic cost the agent ~9 MB of its 60 MB budget (its import plus the models' schema;
-see docs/benchmarks-scale.md, "Agent RSS: the configuration without pydantic").  Types are checked
-strictly like upstream's decoder (a string is not an integer; an integer is a valid float).
+The model is a set of ``msgspec.Struct`` classes read by ``msgspec.convert`` (strict types, the
+upstream JSON names, unknown fields refused, durations through one ``dec_hook``) plus the
+validation table ``_CHECKS``.  Why msgspec and not pydantic, the usual choice for configuration:
+the agent's memory budget.  pydantic cost the agent ~9 MB of its 60 MB (its import plus the models'
+schema); msgspec, a small maintained C extension, ~1 MB in the agent's import context (see
+docs/benchmarks-scale.md, "Agent RSS: the configuration without pydantic").  msgspec reports the
+first value of the wrong type; ``_validate`` reports every setting that fails upstream's checks.
 
 Upstream behaviour followed:
 - field names and defaults of kubelet.config.k8s.io/v1beta1 (``SetDefaults_KubeletConfiguration``):
@@ -36,14 +37,16 @@ Upstream behaviour followed:
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import re
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
+import msgspec
 import yaml
 
 from pykubelet.common import sysctl
@@ -119,284 +122,122 @@ _ALIAS_OVERRIDES = {
 
 
 def _alias(name: str) -> str:
+    """A field's upstream JSON name (msgspec's ``rename`` for every section): snake_case -> camelCase."""
     if name in _ALIAS_OVERRIDES:
         return _ALIAS_OVERRIDES[name]
     head, *rest = name.split("_")
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
-_DURATION_FIELDS = {
-    "sync_frequency",
-    "file_check_frequency",
-    "http_check_frequency",
-    "streaming_connection_idle_timeout",
-    "node_status_update_frequency",
-    "node_status_report_frequency",
-    "image_minimum_gc_age",
-    "image_maximum_gc_age",
-    "volume_stats_agg_period",
-    "cpu_manager_reconcile_period",
-    "runtime_request_timeout",
-    "cpu_cfs_quota_period",
-    "eviction_pressure_transition_period",
-    "eviction_monitoring_period",
-    "container_log_monitor_interval",
-    "shutdown_grace_period",
-    "shutdown_grace_period_critical_pods",
-    "cache_ttl",
-    "cache_authorized_ttl",
-    "cache_unauthorized_ttl",
-}
+# --------------------------------------------------------------------------- reading with msgspec
+
+if TYPE_CHECKING:
+    Duration = float
+else:
+
+    class Duration(float):
+        """Seconds, written in the file as a Go duration string ("1m30s") or a number of seconds.
+
+        For type checkers and the rest of the agent a duration is a float.  At run time the duration
+        fields are annotated with this float subclass because msgspec knows nothing of Go durations:
+        for a type it does not know it hands the raw value to ``_decode_duration`` (its ``dec_hook``).
+        """
 
 
-
-# --------------------------------------------------------------------------- the decoder
-
-# A field's converter: (decoded value, its JSON path) -> the value to store, or _Invalid.
-_Converter = Callable[[object, str], object]
-
-
-class _Invalid(Exception):
-    """Problems found while decoding: (JSON path, message) pairs."""
-
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        super().__init__(problems)
-        self.problems = problems
+def _decode_duration(kind: type, value: object) -> object:
+    """msgspec's ``dec_hook``: read a duration field (msgspec adds the field's path to errors)."""
+    if kind is not Duration:
+        raise NotImplementedError(kind)  # msgspec reports "Expected `<kind>`, got ..."
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"expected a duration such as '10s' or '1m30s', got {type(value).__name__}")
+    return Duration(parse_duration(value))
 
 
-def _describe(problems: list[tuple[str, str]], prefix: str = "") -> str:
-    return "; ".join(f"{prefix}{path}: {msg}" if path else f"{prefix}{msg}" for path, msg in problems)
+class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename=_alias):
+    """A part of the configuration: read by upstream's JSON names (``_alias``), unknown fields refused.
+
+    msgspec's types are strict like upstream's decoder: a string is not an integer, a bool is not an
+    integer, an integer is a valid float.
+    """
 
 
-_KINDS = {bool: "boolean", int: "integer", float: "number", str: "string", dict: "mapping", list: "list"}
+# msgspec's "Expected `int`, got `str` - at `$.authentication.x509.port`" (the path is missing at the top)
+_MSGSPEC_ERROR = re.compile(r"(?P<msg>.*?)(?: - at (?P<key>`key` in )?`\$\.?(?P<path>[^`]*)`)?", re.DOTALL)
+_UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(?P<name>.*)`", re.DOTALL)
 
 
-def _got(v: object) -> str:
-    kind = "null" if v is None else _KINDS.get(type(v), type(v).__name__)
-    if isinstance(v, bool | int | float | str):
-        text = repr(v)
-        return f"{kind} {text[:40] + '...' if len(text) > 40 else text}"
-    return kind
+def _from_msgspec(e: msgspec.ValidationError) -> str:
+    """A msgspec error in this module's style: "<JSON path>: <problem>", e.g. "maxPods: expected `int`, got `str`"."""
+    m = _MSGSPEC_ERROR.fullmatch(str(e))
+    if m is None:  # not msgspec's usual form: show it as it is
+        return str(e)
+    msg, path = m["msg"], m["path"] or ""
+    unknown = _UNKNOWN_FIELD.fullmatch(msg)
+    if unknown:
+        return f"{path}.{unknown['name']}: unknown field" if path else f"{unknown['name']}: unknown field"
+    if m["key"]:
+        path += " (a key)"
+    msg = msg[:1].lower() + msg[1:]
+    return f"{path}: {msg}" if path else msg
 
 
-def _scalar(kind: type, what: str) -> _Converter:
-    def convert(v: object, path: str) -> object:
-        if isinstance(v, kind) and not (isinstance(v, bool) and kind is not bool):
-            return v
-        raise _Invalid([(path, f"expected {what}, got {_got(v)}")])
-    return convert
+def _describe(problems: list[tuple[str, str]]) -> str:
+    return "; ".join(f"{path}: {msg}" if path else msg for path, msg in problems)
 
 
-def _c_float(v: object, path: str) -> object:
-    if isinstance(v, int | float) and not isinstance(v, bool):
-        return float(v)
-    raise _Invalid([(path, f"expected a number, got {_got(v)}")])
-
-
-def _c_duration(v: object, path: str) -> object:
-    if isinstance(v, str | int | float) and not isinstance(v, bool):
-        try:
-            return parse_duration(v)
-        except ValueError as e:
-            raise _Invalid([(path, str(e))]) from None
-    raise _Invalid([(path, f"expected a duration such as '10s' or '1m30s', got {_got(v)}")])
-
-
-def _c_any(v: object, path: str) -> object:
-    return v
-
-
-def _optional(inner: _Converter) -> _Converter:
-    def convert(v: object, path: str) -> object:
-        return None if v is None else inner(v, path)
-    return convert
-
-
-def _list_of(inner: _Converter) -> _Converter:
-    def convert(v: object, path: str) -> object:
-        if not isinstance(v, list):
-            raise _Invalid([(path, f"expected a list, got {_got(v)}")])
-        out, problems = [], []
-        for i, item in enumerate(v):
-            try:
-                out.append(inner(item, f"{path}.{i}"))
-            except _Invalid as e:
-                problems += e.problems
-        if problems:
-            raise _Invalid(problems)
-        return out
-    return convert
-
-
-def _map_of(inner: _Converter) -> _Converter:
-    def convert(v: object, path: str) -> object:
-        if not isinstance(v, dict):
-            raise _Invalid([(path, f"expected a mapping, got {_got(v)}")])
-        out, problems = {}, []
-        for key, item in v.items():
-            if not isinstance(key, str):
-                problems.append((f"{path}.{key}", f"keys must be strings, got {_got(key)}"))
-                continue
-            try:
-                out[key] = inner(item, f"{path}.{key}")
-            except _Invalid as e:
-                problems += e.problems
-        if problems:
-            raise _Invalid(problems)
-        return out
-    return convert
-
-
-# Annotation (as written; ``from __future__ import annotations`` keeps it a string) -> converter.
-_CONVERTERS: dict[str, _Converter] = {
-    "str": _scalar(str, "a string"),
-    "bool": _scalar(bool, "a boolean"),
-    "int": _scalar(int, "an integer"),
-    "float": _c_float,
-    "bool | None": _optional(_scalar(bool, "a boolean")),
-    "int | None": _optional(_scalar(int, "an integer")),
-    "list[str]": _list_of(_scalar(str, "a string")),
-    "dict[str, str]": _map_of(_scalar(str, "a string")),
-    "dict[str, bool]": _map_of(_scalar(bool, "a boolean")),
-    "dict[str, list[str]]": _map_of(_list_of(_scalar(str, "a string"))),
-    "dict[str, Any]": _map_of(_c_any),
-    "dict[str, Any] | None": _optional(_map_of(_c_any)),
-    "list[dict[str, Any]]": _list_of(_map_of(_c_any)),
-}
-
-
-@dataclass(frozen=True)
-class _FieldSpec:
-    name: str  # the Python attribute
-    json: str  # the upstream JSON name
-    convert: _Converter
-
-
-_Section = TypeVar("_Section")
-# section class -> its fields by JSON name, in declaration order
-_SPECS: dict[type, dict[str, _FieldSpec]] = {}
-
-
-def _section(cls: type[_Section]) -> type[_Section]:
-    """Register a configuration dataclass: every field gets its JSON name and converter."""
-    specs: dict[str, _FieldSpec] = {}
-    for f in fields(cls):  # type: ignore[arg-type]
-        ann = str(f.type)
-        section = next((s for s in _SPECS if s.__name__ == ann), None)
-        convert: _Converter
-        if f.name in _DURATION_FIELDS and ann == "float":
-            convert = _c_duration
-        elif section is not None:
-            convert = _section_converter(section)
-        elif ann in _CONVERTERS:
-            convert = _CONVERTERS[ann]
-        else:  # a new field whose shape the decoder does not know: fail at import, not at run time
-            raise TypeError(f"{cls.__name__}.{f.name}: no converter for {ann!r}")
-        specs[_alias(f.name)] = _FieldSpec(f.name, _alias(f.name), convert)
-    _SPECS[cls] = specs
-    return cls
-
-
-def _section_converter(cls: type) -> _Converter:
-    def convert(v: object, path: str) -> object:
-        return _decode(cls, v, path)
-    return convert
-
-
-def _decode(cls: type[_Section], data: object, path: str = "") -> _Section:
-    """Build ``cls`` from a decoded JSON/YAML mapping keyed by JSON names, or raise _Invalid."""
-    if not isinstance(data, dict):
-        raise _Invalid([(path, f"expected a mapping, got {_got(data)}")])
-    specs = _SPECS[cls]
-    values: dict[str, object] = {}
-    problems: list[tuple[str, str]] = []
-    for key, value in data.items():
-        where = f"{path}.{key}" if path else str(key)
-        spec = specs.get(key) if isinstance(key, str) else None
-        if spec is None:
-            problems.append((where, "unknown field"))
-            continue
-        try:
-            values[spec.name] = spec.convert(value, where)
-        except _Invalid as e:
-            problems += e.problems
-    if problems:
-        raise _Invalid(problems)
-    return cls(**values)
-
-
-def json_names(cls: type) -> dict[str, str]:
+def json_names(cls: type[msgspec.Struct]) -> dict[str, str]:
     """A configuration section's fields: Python attribute -> upstream JSON name, in declaration order."""
-    return {spec.name: json for json, spec in _SPECS[cls].items()}
+    return {f.name: f.encode_name for f in msgspec.structs.fields(cls)}
 
 
 def _json_path(dotted: str) -> str:
     return ".".join(_alias(p) for p in dotted.split("."))
 
 
-def _to_json(obj: object) -> dict[str, Any]:
+def _to_json(section: msgspec.Struct) -> dict[str, Any]:
+    """A section as upstream JSON: JSON names, durations as Go strings, copies of maps and lists."""
     out: dict[str, Any] = {}
-    for json, spec in _SPECS[type(obj)].items():
-        val = getattr(obj, spec.name)
-        if spec.convert is _c_duration and isinstance(val, float):
-            out[json] = format_duration(val)
-        elif type(val) in _SPECS:
-            out[json] = _to_json(val)
+    for f in msgspec.structs.fields(section):
+        value = getattr(section, f.name)
+        if f.type is Duration and isinstance(value, float):
+            out[f.encode_name] = format_duration(value)
+        elif isinstance(value, msgspec.Struct):
+            out[f.encode_name] = _to_json(value)
         else:
-            out[json] = _copy(val)
+            out[f.encode_name] = copy.deepcopy(value)
     return out
-
-
-def _copy(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _copy(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_copy(x) for x in v]
-    return v
 
 
 # --------------------------------------------------------------------------- the model
 
 
-@_section
-@dataclass(kw_only=True)
-class X509Authentication:
+class X509Authentication(_Section):
     client_ca_file: str = ""
 
 
-@_section
-@dataclass(kw_only=True)
-class WebhookAuthentication:
+class WebhookAuthentication(_Section):
     enabled: bool = True
-    cache_ttl: float = 120.0
+    cache_ttl: Duration = 120.0
 
 
-@_section
-@dataclass(kw_only=True)
-class AnonymousAuthentication:
+class AnonymousAuthentication(_Section):
     enabled: bool = False
 
 
-@_section
-@dataclass(kw_only=True)
-class KubeletAuthentication:
-    x509: X509Authentication = field(default_factory=X509Authentication)
-    webhook: WebhookAuthentication = field(default_factory=WebhookAuthentication)
-    anonymous: AnonymousAuthentication = field(default_factory=AnonymousAuthentication)
+class KubeletAuthentication(_Section):
+    x509: X509Authentication = msgspec.field(default_factory=X509Authentication)
+    webhook: WebhookAuthentication = msgspec.field(default_factory=WebhookAuthentication)
+    anonymous: AnonymousAuthentication = msgspec.field(default_factory=AnonymousAuthentication)
 
 
-@_section
-@dataclass(kw_only=True)
-class WebhookAuthorization:
-    cache_authorized_ttl: float = 300.0
-    cache_unauthorized_ttl: float = 30.0
+class WebhookAuthorization(_Section):
+    cache_authorized_ttl: Duration = 300.0
+    cache_unauthorized_ttl: Duration = 30.0
 
 
-@_section
-@dataclass(kw_only=True)
-class KubeletAuthorization:
+class KubeletAuthorization(_Section):
     mode: str = "Webhook"
-    webhook: WebhookAuthorization = field(default_factory=WebhookAuthorization)
+    webhook: WebhookAuthorization = msgspec.field(default_factory=WebhookAuthorization)
 
 
 def _default_eviction_hard() -> dict[str, str]:
@@ -409,9 +250,7 @@ def _default_eviction_hard() -> dict[str, str]:
     }
 
 
-@_section
-@dataclass(kw_only=True)
-class KubeletConfiguration:
+class KubeletConfiguration(_Section):
     """kubelet.config.k8s.io/v1beta1 KubeletConfiguration with upstream defaults.
 
     Constructing one validates it (``ConfigError`` naming the settings at fault);
@@ -424,26 +263,26 @@ class KubeletConfiguration:
     enable_server: bool = True
     static_pod_path: str = ""
     pod_logs_dir: str = "/var/log/pods"
-    sync_frequency: float = 60.0
-    file_check_frequency: float = 20.0
-    http_check_frequency: float = 20.0
+    sync_frequency: Duration = 60.0
+    file_check_frequency: Duration = 20.0
+    http_check_frequency: Duration = 20.0
     static_pod_url: str = ""
-    static_pod_url_header: dict[str, list[str]] = field(default_factory=dict)
+    static_pod_url_header: dict[str, list[str]] = msgspec.field(default_factory=dict)
     address: str = "0.0.0.0"
     port: int = 10250
     read_only_port: int = 0
     tls_cert_file: str = ""
     tls_private_key_file: str = ""
-    tls_cipher_suites: list[str] = field(default_factory=list)
+    tls_cipher_suites: list[str] = msgspec.field(default_factory=list)
     tls_min_version: str = ""
     rotate_certificates: bool = False
     server_tls_bootstrap: bool = False
-    authentication: KubeletAuthentication = field(default_factory=KubeletAuthentication)
-    authorization: KubeletAuthorization = field(default_factory=KubeletAuthorization)
+    authentication: KubeletAuthentication = msgspec.field(default_factory=KubeletAuthentication)
+    authorization: KubeletAuthorization = msgspec.field(default_factory=KubeletAuthorization)
     registry_pull_qps: int = 5
     registry_burst: int = 10
     image_pull_credentials_verification_policy: str = ""
-    preloaded_images_verification_allowlist: list[str] = field(default_factory=list)
+    preloaded_images_verification_allowlist: list[str] = msgspec.field(default_factory=list)
     event_record_qps: int = 50
     event_burst: int = 100
     enable_debugging_handlers: bool = True
@@ -452,16 +291,16 @@ class KubeletConfiguration:
     healthz_bind_address: str = "127.0.0.1"
     oom_score_adj: int = -999
     cluster_domain: str = ""
-    cluster_dns: list[str] = field(default_factory=list)
-    streaming_connection_idle_timeout: float = 4 * 3600.0
-    node_status_update_frequency: float = 10.0
-    node_status_report_frequency: float = 300.0
+    cluster_dns: list[str] = msgspec.field(default_factory=list)
+    streaming_connection_idle_timeout: Duration = 4 * 3600.0
+    node_status_update_frequency: Duration = 10.0
+    node_status_report_frequency: Duration = 300.0
     node_lease_duration_seconds: int = 40
-    image_minimum_gc_age: float = 120.0
-    image_maximum_gc_age: float = 0.0
+    image_minimum_gc_age: Duration = 120.0
+    image_maximum_gc_age: Duration = 0.0
     image_gc_high_threshold_percent: int = 85
     image_gc_low_threshold_percent: int = 80
-    volume_stats_agg_period: float = 60.0
+    volume_stats_agg_period: Duration = 60.0
     kubelet_cgroups: str = ""
     system_cgroups: str = ""
     cgroup_root: str = ""
@@ -469,14 +308,14 @@ class KubeletConfiguration:
     cgroup_driver: str = "cgroupfs"
     cpu_manager_policy: str = "none"
     single_process_oom_kill: bool | None = None
-    cpu_manager_policy_options: dict[str, str] = field(default_factory=dict)
-    cpu_manager_reconcile_period: float = 10.0
+    cpu_manager_policy_options: dict[str, str] = msgspec.field(default_factory=dict)
+    cpu_manager_reconcile_period: Duration = 10.0
     memory_manager_policy: str = "None"
     topology_manager_policy: str = "none"
     topology_manager_scope: str = "container"
-    topology_manager_policy_options: dict[str, str] = field(default_factory=dict)
-    qos_reserved: dict[str, str] = field(default_factory=dict)
-    runtime_request_timeout: float = 120.0
+    topology_manager_policy_options: dict[str, str] = msgspec.field(default_factory=dict)
+    qos_reserved: dict[str, str] = msgspec.field(default_factory=dict)
+    runtime_request_timeout: Duration = 120.0
     hairpin_mode: str = "promiscuous-bridge"
     max_pods: int = 110
     pod_cidr: str = ""
@@ -484,7 +323,7 @@ class KubeletConfiguration:
     resolv_conf: str = "/etc/resolv.conf"
     run_once: bool = False
     cpu_cfs_quota: bool = True
-    cpu_cfs_quota_period: float = 0.1
+    cpu_cfs_quota_period: Duration = 0.1
     node_status_max_images: int = 50
     max_open_files: int = 1000000
     content_type: str = "application/vnd.kubernetes.protobuf"
@@ -492,13 +331,13 @@ class KubeletConfiguration:
     kube_api_burst: int = 100
     serialize_image_pulls: bool = True
     max_parallel_image_pulls: int | None = None
-    eviction_hard: dict[str, str] = field(default_factory=_default_eviction_hard)
-    eviction_soft: dict[str, str] = field(default_factory=dict)
-    eviction_soft_grace_period: dict[str, str] = field(default_factory=dict)
-    eviction_pressure_transition_period: float = 300.0
-    eviction_monitoring_period: float = 10.0  # upstream's evictionMonitoringPeriod (a constant before 1.33)
+    eviction_hard: dict[str, str] = msgspec.field(default_factory=_default_eviction_hard)
+    eviction_soft: dict[str, str] = msgspec.field(default_factory=dict)
+    eviction_soft_grace_period: dict[str, str] = msgspec.field(default_factory=dict)
+    eviction_pressure_transition_period: Duration = 300.0
+    eviction_monitoring_period: Duration = 10.0  # upstream's evictionMonitoringPeriod (a constant before 1.33)
     eviction_max_pod_grace_period: int = 0
-    eviction_minimum_reclaim: dict[str, str] = field(default_factory=dict)
+    eviction_minimum_reclaim: dict[str, str] = msgspec.field(default_factory=dict)
     merge_default_eviction_settings: bool = False
     pods_per_core: int = 0
     enable_controller_attach_detach: bool = True
@@ -506,38 +345,38 @@ class KubeletConfiguration:
     make_ip_tables_util_chains: bool = True
     iptables_masquerade_bit: int = 14
     iptables_drop_bit: int = 15
-    feature_gates: dict[str, bool] = field(default_factory=dict)
+    feature_gates: dict[str, bool] = msgspec.field(default_factory=dict)
     fail_swap_on: bool = True
-    memory_swap: dict[str, Any] = field(default_factory=dict)
+    memory_swap: dict[str, Any] = msgspec.field(default_factory=dict)
     container_log_max_size: str = "10Mi"
     container_log_max_files: int = 5
     container_log_max_workers: int = 1
-    container_log_monitor_interval: float = 10.0
+    container_log_monitor_interval: Duration = 10.0
     config_map_and_secret_change_detection_strategy: str = "Watch"
-    system_reserved: dict[str, str] = field(default_factory=dict)
-    kube_reserved: dict[str, str] = field(default_factory=dict)
+    system_reserved: dict[str, str] = msgspec.field(default_factory=dict)
+    kube_reserved: dict[str, str] = msgspec.field(default_factory=dict)
     reserved_system_cpus: str = ""
     show_hidden_metrics_for_version: str = ""
     system_reserved_cgroup: str = ""
     kube_reserved_cgroup: str = ""
-    enforce_node_allocatable: list[str] = field(default_factory=lambda: ["pods"])
-    allowed_unsafe_sysctls: list[str] = field(default_factory=list)
+    enforce_node_allocatable: list[str] = msgspec.field(default_factory=lambda: ["pods"])
+    allowed_unsafe_sysctls: list[str] = msgspec.field(default_factory=list)
     volume_plugin_dir: str = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/"
     provider_id: str = ""
     kernel_memcg_notification: bool = False
-    logging: dict[str, Any] = field(default_factory=lambda: {"format": "text"})
+    logging: dict[str, Any] = msgspec.field(default_factory=lambda: {"format": "text"})
     enable_system_log_handler: bool = True
     enable_system_log_query: bool = False
-    shutdown_grace_period: float = 0.0
-    shutdown_grace_period_critical_pods: float = 0.0
-    shutdown_grace_period_by_pod_priority: list[dict[str, Any]] = field(default_factory=list)
-    crash_loop_back_off: dict[str, Any] = field(default_factory=dict)
-    reserved_memory: list[dict[str, Any]] = field(default_factory=list)
+    shutdown_grace_period: Duration = 0.0
+    shutdown_grace_period_critical_pods: Duration = 0.0
+    shutdown_grace_period_by_pod_priority: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    crash_loop_back_off: dict[str, Any] = msgspec.field(default_factory=dict)
+    reserved_memory: list[dict[str, Any]] = msgspec.field(default_factory=list)
     enable_profiling_handler: bool = True
     enable_debug_flags_handler: bool = True
     seccomp_default: bool = False
     memory_throttling_factor: float = 0.9
-    register_with_taints: list[dict[str, Any]] = field(default_factory=list)
+    register_with_taints: list[dict[str, Any]] = msgspec.field(default_factory=list)
     register_node: bool = True
     tracing: dict[str, Any] | None = None
     local_storage_capacity_isolation: bool = True
@@ -556,17 +395,17 @@ class KubeletConfiguration:
         """The configuration from its upstream JSON form (camelCase keys, duration strings).
 
         Missing fields keep their defaults; apiVersion and kind are optional here (the file
-        loaders require them).  Raises ``ConfigError`` naming every setting at fault.
+        loaders require them).  Raises ``ConfigError`` naming the first value of the wrong type or
+        unknown field (msgspec stops there), or else every setting that fails validation.
         """
         try:
-            return _decode(cls, dict(data))
-        except _Invalid as e:
-            raise ConfigError(_describe(e.problems)) from None
+            return msgspec.convert(data, cls, dec_hook=_decode_duration)
+        except msgspec.ValidationError as e:
+            raise ConfigError(_from_msgspec(e)) from None
 
     def to_dict(self) -> dict[str, Any]:
         """The configuration as upstream JSON (camelCase, durations as strings), e.g. for /configz."""
         return _to_json(self)
-
 
 # ---- validation (upstream pkg/kubelet/apis/config/validation) ----
 

