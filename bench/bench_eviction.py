@@ -67,7 +67,7 @@ async def engine(tmp: Path, n_pods: int, period: float) -> tuple[Kubelet, CRICli
     server, _rt = await serve(sock)
     runtime = CRIClient(f"unix://{sock}", timeout=30)
     await runtime.connect(wait=5)
-    cfg = KubeletConfiguration.model_validate({
+    cfg = KubeletConfiguration.from_dict({
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", "cgroupsPerQOS": False,
         "podLogsDir": str(tmp / "logs"), "maxPods": n_pods + 10, "evictionHard": {"memory.available": "100Mi"},
         "evictionPressureTransitionPeriod": "1s"})
