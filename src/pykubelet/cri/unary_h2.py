@@ -65,6 +65,10 @@ _MESSAGE_HEAD = struct.Struct(">BI")  # gRPC length-prefixed message: compressed
 _MAX_STREAM_ID = 2**31 - 1
 _RST_CANCEL = 8
 _RST_REFUSED = 7
+# Read coalescing (see ``_Connection._after_read``): a read that leaves calls of the last write in
+# flight waits this long before the next read, if that write went out at most FAST_BATCH ago
+READ_COALESCE = 0.002
+FAST_BATCH = 0.010
 
 # RST_STREAM error code -> gRPC status (PROTOCOL-HTTP2.md "Errors")
 _RST_CODES = {7: StatusCode.UNAVAILABLE, 8: StatusCode.CANCELLED, 11: StatusCode.RESOURCE_EXHAUSTED,
@@ -220,6 +224,13 @@ class _Connection(asyncio.Protocol):
         self._block: tuple[int, int, bytearray] | None = None  # header block being continued
         self._decoded: dict[bytes, list[tuple[str, str]]] = {}
         self._out: list[bytes] = []  # frames not yet written (see _send)
+        # the streams opened since the last write, and those of the last write that opened any:
+        # ids in [_batch_lo, _batch_hi), written at _batch_at (loop clock); see _after_read
+        self._flushed_id = 1
+        self._batch_lo = self._batch_hi = 1
+        self._batch_at = 0.0
+        self._last_sid = 0  # stream of the last frame parsed by data_received
+        self._resume: asyncio.TimerHandle | None = None  # reading paused until this timer fires
         # the peer's settings (defaults until its SETTINGS frame arrives)
         self.max_concurrent = 2**31
         self._initial_window = _DEFAULT_WINDOW
@@ -244,6 +255,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._stop_resume_timer()
         self._fail_all(rpc_error(StatusCode.UNAVAILABLE, f"Socket closed{f': {exc}' if exc else ''}"))
 
     def close(self, details: str) -> None:
@@ -260,13 +272,23 @@ class _Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         out, self._out = self._out, []
+        if self._next_id != self._flushed_id:  # this write opens streams: the batch to wait for
+            self._batch_lo, self._batch_hi = self._flushed_id, self._next_id
+            self._flushed_id = self._next_id
+            self._batch_at = (self._loop or asyncio.get_running_loop()).time()
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(out))
 
     def _close_transport(self) -> None:
         self._flush()
+        self._stop_resume_timer()
         if self.transport is not None:
             self.transport.close()
+
+    def _stop_resume_timer(self) -> None:
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
 
     def _fail_all(self, err: BaseException) -> None:
         streams, self.streams = self.streams, {}
@@ -428,7 +450,9 @@ class _Connection(asyncio.Protocol):
                     break
                 payload = buf[pos + 9:pos + 9 + length]
                 pos += 9 + length
-                self._frame_received(length_type & 0xFF, flags, sid & 0x7FFFFFFF,
+                sid &= 0x7FFFFFFF
+                self._last_sid = sid
+                self._frame_received(length_type & 0xFF, flags, sid,
                                      payload if type(payload) is bytes else bytes(payload))
         except Exception as e:  # a malformed frame or header block: the connection is unusable
             self.closed = True
@@ -439,6 +463,45 @@ class _Connection(asyncio.Protocol):
             del self._buf[:pos]
         elif pos < end:
             self._buf += buf[pos:]
+        if self._batch_hi != self._batch_lo:
+            self._after_read()
+
+    def _after_read(self) -> None:
+        """Read coalescing: after a read that completed calls while calls written in the same
+        write are still in flight, pause reading for ``READ_COALESCE`` so that their responses,
+        which a runtime answering at once sends a few hundred µs apart, are read together.
+
+        Why: every read is a wake-up of the loop, and a wake-up from an idle core costs more on a
+        VM than the parsing (docs/benchmarks-scale.md, "Probes: fewer wake-ups"). The prober
+        writes the ExecSync calls of its 25 ms slot in one write; the runtime answers each on its
+        own, so without this the agent wakes once or twice per probe. Only when it can pay off:
+        the read ended at a frame boundary with a stream's last frame (never in the middle of a
+        response, so a large message is read at full speed), and the write is younger than
+        ``FAST_BATCH`` (a runtime whose calls take longer, like a real exec, gains nothing from
+        waiting). The cost is at most ``READ_COALESCE`` of latency for the calls answered while
+        reading is paused, far below any CRI deadline."""
+        if self._resume is not None or self._buf or self._last_sid in self.streams or self.closed:
+            return
+        loop = self._loop
+        if loop is None or loop.time() - self._batch_at > FAST_BATCH:
+            self._batch_lo = self._batch_hi
+            return
+        streams = self.streams
+        for sid in range(self._batch_lo, self._batch_hi, 2):
+            if sid in streams:
+                self._batch_lo = sid  # the ones before it are done
+                transport = self.transport
+                if transport is not None and not transport.is_closing():
+                    transport.pause_reading()
+                    self._resume = loop.call_later(READ_COALESCE, self._resume_reading)
+                return
+        self._batch_lo = self._batch_hi  # the whole batch is answered
+
+    def _resume_reading(self) -> None:
+        self._resume = None
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.resume_reading()
 
     def _frame_received(self, ftype: int, flags: int, sid: int, payload: bytes) -> None:
         if ftype == _DATA:

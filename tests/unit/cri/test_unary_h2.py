@@ -1,11 +1,16 @@
-"""The pieces of the CRI client's HTTP/2 transport that need no peer: deadlines on the wire, HPACK."""
+"""The pieces of the CRI client's HTTP/2 transport that need no peer: deadlines on the wire, HPACK,
+read coalescing."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
+from typing import Any
 
 import hpack
+import pytest
 
+from pykubelet.cri.status import RpcError
 from pykubelet.cri.unary_h2 import _Connection, _table_neutral, grpc_timeout
 
 
@@ -88,3 +93,100 @@ async def test_a_stream_message_over_the_receive_limit_fails_the_call() -> None:
     assert isinstance(err, RpcError) and err.code() is StatusCode.RESOURCE_EXHAUSTED
     conn._flush()
     assert _frame(_RST_STREAM, 0, st.id, struct.pack(">I", 8)) in transport.written  # the runtime is told
+
+
+class _PausableTransport(_Transport):
+    """A transport that records when reading is paused and resumed (read coalescing)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = True
+        self.pauses = 0
+
+    def pause_reading(self) -> None:
+        self.reading = False
+        self.pauses += 1
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+def _response(enc: hpack.Encoder, sid: int, message: bytes) -> bytes:
+    """A unary response as a gRPC server writes it: headers, one message, trailers."""
+    from pykubelet.cri.unary_h2 import _DATA, _END_HEADERS, _END_STREAM, _HEADERS, _frame
+
+    return (_frame(_HEADERS, _END_HEADERS, sid, enc.encode([(":status", "200")]))
+            + _frame(_DATA, 0, sid, struct.pack(">BI", 0, len(message)) + message)
+            + _frame(_HEADERS, _END_HEADERS | _END_STREAM, sid, enc.encode([("grpc-status", "0")])))
+
+
+async def _written_together(conn: _Connection, n: int) -> list[asyncio.Task[bytes]]:
+    """``n`` calls started in one loop iteration, their requests written (one write)."""
+    calls = [asyncio.ensure_future(conn.call(b"\x83\x86", b"\x00\x00\x00\x00\x00", 5.0)) for _ in range(n)]
+    for _ in range(3):  # the calls send, then the end-of-iteration flush writes
+        await asyncio.sleep(0)
+    assert not conn._out
+    return calls
+
+
+async def test_responses_to_calls_written_together_are_read_together() -> None:
+    from pykubelet.cri import unary_h2
+
+    conn = _Connection(1024)
+    transport = _PausableTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    first, second, third = await _written_together(conn, 3)
+    enc = hpack.Encoder()
+    conn.data_received(_response(enc, 1, b"one"))
+    # the first answer is in; its siblings are still in flight: the next read waits for them
+    assert not transport.reading and transport.pauses == 1
+    assert await first == b"one"
+    await asyncio.sleep(unary_h2.READ_COALESCE * 5)
+    assert transport.reading  # resumed after READ_COALESCE, whatever arrived meanwhile
+    conn.data_received(_response(enc, 3, b"two") + _response(enc, 5, b"three"))
+    assert transport.reading and transport.pauses == 1  # the whole batch is answered: no wait
+    assert [await second, await third] == [b"two", b"three"]
+
+
+async def test_a_lone_call_and_a_response_cut_short_never_pause_reading() -> None:
+    conn = _Connection(1 << 20)
+    transport = _PausableTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    enc = hpack.Encoder()
+    (lone,) = await _written_together(conn, 1)
+    conn.data_received(_response(enc, 1, b"x"))
+    assert await lone == b"x" and transport.pauses == 0
+    # a large response arrives in pieces: reading goes on at full speed until its last frame
+    big, small = await _written_together(conn, 2)
+    wire = _response(enc, 3, b"y" * 100_000)
+    for i in range(0, len(wire) - 20, 4096):
+        conn.data_received(wire[i:min(i + 4096, len(wire) - 20)])
+        assert transport.pauses == 0
+    conn.data_received(wire[len(wire) - 20:])  # the last frame: now the sibling is waited for
+    assert await big == b"y" * 100_000 and transport.pauses == 1
+    conn.close("done")
+    with pytest.raises(RpcError):
+        await small
+
+
+async def test_a_slow_batch_or_a_closed_connection_does_not_wait(monkeypatch: Any) -> None:
+    from pykubelet.cri import unary_h2
+
+    monkeypatch.setattr(unary_h2, "FAST_BATCH", 0.0)  # every batch is older than "fast"
+    conn = _Connection(1024)
+    transport = _PausableTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    enc = hpack.Encoder()
+    calls = await _written_together(conn, 2)
+    await asyncio.sleep(0.005)
+    conn.data_received(_response(enc, 1, b"a"))
+    assert transport.pauses == 0 and await calls[0] == b"a"
+    monkeypatch.setattr(unary_h2, "FAST_BATCH", 10.0)
+    calls = await _written_together(conn, 2)
+    conn.data_received(_response(enc, 5, b"b"))
+    assert transport.pauses == 1 and conn._resume is not None
+    conn.connection_lost(None)  # the resume timer goes with the connection
+    assert conn._resume is None
+    assert await calls[0] == b"b"
+    with pytest.raises(RpcError):
+        await calls[1]
