@@ -309,3 +309,41 @@ async def test_cleanup_keeps_only_the_workers_of_desired_pods_given_a_set_or_any
     assert {w.uid for w in m.workers()} == {"a"}
     m.cleanup_pods(set())
     assert m.workers() == []
+
+
+async def test_workers_due_within_one_grid_slot_wake_together_at_most_half_a_slot_off(env: Any) -> None:
+    """The real wait: due times 70 ms apart that round to the same 100 ms slot are woken by one loop
+    iteration (their ExecSync calls then go out in one write), each at most half a slot early."""
+    from pykubelet.agent.prober import manager as manager_module
+
+    m, *_ = env
+    grid = manager_module.WAKE_GRID
+    m.add_pod(probed_pod(readinessProbe={}, livenessProbe={}))
+    early, late = worker(m, ProbeType.READINESS), worker(m, ProbeType.LIVENESS)
+    loop = asyncio.get_running_loop()
+    now = loop.time()
+    slot = (int(now / grid) + 3) * grid  # a slot boundary 200-300 ms ahead
+    woke: dict[str, float] = {}
+
+    async def sleep(w: Worker, due: float) -> None:
+        await m._wait(w, due - loop.time())
+        woke[w.probe_type.value] = loop.time()
+
+    tasks = [asyncio.ensure_future(sleep(early, slot - 0.3 * grid)), asyncio.ensure_future(sleep(late, slot + 0.4 * grid))]
+    async with asyncio.timeout(5):
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    assert len(done) == 2  # woken in the same loop iteration
+    assert all(t >= slot - 0.005 for t in woke.values())  # on the slot: at most 0.4 slot early
+    assert early._sleeper is None and late._sleeper is None
+
+
+async def test_a_new_container_is_probed_at_once_not_on_the_grid(env: Any) -> None:
+    """``wake()`` (a new container id) ends the wait at once; the grid only shapes timed waits."""
+    m, *_ = env
+    m.add_pod(probed_pod(readinessProbe={"periodSeconds": 3600}))
+    w = worker(m, ProbeType.READINESS)
+    waiting = asyncio.ensure_future(m._wait(w, 3600))
+    await asyncio.sleep(0)
+    w.wake()
+    async with asyncio.timeout(1):
+        await waiting

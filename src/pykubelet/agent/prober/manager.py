@@ -8,10 +8,16 @@ other or the sync loop.
 
 Scheduling is start-to-start like upstream's ``time.Ticker``: the next run is due one period after
 the previous run *started* (a slow probe does not push every later run back). Wake-ups are rounded
-to a ``WAKE_GRID`` (25 ms) of the loop clock, so workers whose due times fall in the same slot are
-woken by the same loop iteration and issue their ExecSync calls together: with hundreds of probes
-per second this saves about a fifth of the agent's CPU per probe (bench/bench_probes.py,
-docs/benchmarks-agent.md). A worker runs at most half a slot early or late because of it.
+to a ``WAKE_GRID`` (100 ms) of the loop clock, so workers whose due times fall in the same slot are
+woken by the same loop iteration and issue their ExecSync calls together, which the CRI transport
+writes in one ``send`` and whose answers it reads together (``pykubelet.cri.unary_h2``). What an exec
+probe costs the agent is mostly those wake-ups and socket writes, not Python: with 200 probes/s
+spread over a second, a 100 ms grid costs ~30 % less CPU per probe than 25 ms (10 writes and timer
+wake-ups a second instead of up to 40; docs/benchmarks-scale.md, "Probes: fewer wake-ups"). A
+worker runs at most half a slot (50 ms) early or late because of it, a twentieth of the shortest
+period (1 s), so no probe is late by a period; the interval between two runs stays the period.
+Upstream spreads workers by a random first delay only after a kubelet restart, and so does this
+(``first_delay``); the grid only gathers workers whose phases fall within 100 ms of each other.
 Decisions live in pure code: ``ProbeState`` (hysteresis, results.py) and ``first_delay`` here.
 
 The engine feeds the manager what upstream's worker reads from the status manager:
@@ -58,7 +64,7 @@ log = logging.getLogger(__name__)
 
 ContainerStatuses = dict[str, tuple[str, bool, float | None]]
 DEFAULT_POD_GRACE = 30
-WAKE_GRID = 0.025  # seconds; see the module docstring
+WAKE_GRID = 0.1  # seconds; see the module docstring
 
 
 def first_delay(period: float, manager_age: float, rnd: float) -> float:
