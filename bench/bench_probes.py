@@ -14,6 +14,11 @@ Measured once all 100 pods are Running and Ready:
   rate (pods x 2 / period) against the same fakecri through the project's ``CRIClient``, in 25 ms
   slots like the prober's wake grid; its CPU over its paced window is the floor an exec probe can
   cost through this client. Printed: the agent's CPU as a ratio to it.
+* **agent wake-ups per probe**: the agent's voluntary context switches (all threads, from
+  ``/proc/<pid>/task/*/status``) over the hold per probe run: each is the event loop going to sleep
+  and being woken again, which on a VM costs more than most of the Python around it
+  (docs/benchmarks-scale.md, "Probes: fewer wake-ups"). Preemptions (involuntary switches) are
+  printed too: they rise with the load from other processes.
 * **probe lateness**: the agent's ``pykubelet_prober_probe_lateness_seconds`` histogram (every probe
   run after a worker's first: start time minus previous start minus the period), scraped from the
   kubelet's ``/metrics`` through the API server's node proxy before and after the hold; the delta is
@@ -76,6 +81,20 @@ def probe_pod(name: str) -> dict[str, Any]:
     pod["spec"]["terminationGracePeriodSeconds"] = 1
     pod["spec"]["nodeName"] = NODE_NAME  # bound up front: measure the agent, not the scheduler
     return pod
+
+
+def context_switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of all the process's threads: a voluntary one is
+    the event loop going to sleep, so per probe it counts the loop's wake-ups."""
+    vol = invol = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        with contextlib.suppress(OSError):
+            for line in status.read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    vol += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches:"):
+                    invol += int(line.split()[1])
+    return vol, invol
 
 
 def ready(pod: dict[str, Any]) -> bool:
@@ -169,7 +188,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["loadavg_before"] = loadavg()
         baseline = asyncio.create_task(raw_exec_baseline(sock, rate, max(5.0, args.hold - 2.5)))
         profile: asyncio.Task[Path | None] | None = None
-        c0, t0 = cpu_seconds(pid), time.monotonic()
+        c0, t0, cs0 = cpu_seconds(pid), time.monotonic(), context_switches(pid)
         if args.profile:
             prof_s = min(30.0, args.hold - 2)
             await asyncio.sleep(args.hold - prof_s - 1)
@@ -177,7 +196,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(prof_s + 1)
         else:
             await asyncio.sleep(args.hold)
-        c1, t1 = cpu_seconds(pid), time.monotonic()
+        c1, t1, cs1 = cpu_seconds(pid), time.monotonic(), context_switches(pid)
         after = await asyncio.to_thread(scrape, kubeconfig)  # right at the end of the hold window
         result["loadavg_after"] = loadavg()
         raw = await baseline
@@ -191,6 +210,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["agent_us_per_probe"] = (round(1e6 * (c1 - c0) / delta["probes"], 1)
                                         if delta.get("probes") else None)
         result["probes_per_s"] = round(delta.get("probes", 0.0) / (t1 - t0), 1)
+        if delta.get("probes"):
+            result["agent_wakeups_per_probe"] = round((cs1[0] - cs0[0]) / delta["probes"], 3)
+            result["agent_preemptions_per_probe"] = round((cs1[1] - cs0[1]) / delta["probes"], 3)
         result["lateness_observations"] = int(n)
         result["lateness_mean_ms"] = round(1000 * delta.get("sum", 0.0) / n, 1) if n else None
         result["late_over_100ms"] = int(n - delta.get("le=0.1", 0.0))
@@ -200,6 +222,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         log(f"result: {result}")
         log(f"agent {result['agent_cpu_pct']} % of a core vs raw ExecSync at the same rate "
             f"{result['raw_exec_sync_cpu_pct']} % (ratio {result['agent_to_raw_ratio']}x); "
+            f"{result['agent_us_per_probe']} µs and {result.get('agent_wakeups_per_probe')} wake-ups per probe; "
             f"load average {result['loadavg_before']} -> {result['loadavg_after']}")
         if profile is not None:
             spy = await profile
