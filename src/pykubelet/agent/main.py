@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     setup_logging(options.verbosity)
     memory.tune_malloc()  # process-wide: here, not in run_agent (hollow nodes run many agents in one process)
+    memory.tune_gc()
     try:
         return aio.run(run_agent(options))
     except KeyboardInterrupt:

@@ -1,4 +1,5 @@
-"""glibc malloc settings for the agent process: large buffers stay out of the heap.
+"""Process-wide memory settings of the agent: large buffers stay out of the heap, and the
+collector leaves the start-up objects alone.
 
 Why: the agent's goal is 110 pods at ≤ 60 MB RSS (issue 17), and part of its RSS with pods was heap
 that glibc kept after the pods started. Every TLS connection to the API server holds a 256 kB read
@@ -21,11 +22,23 @@ what is followed is glibc's documented interface (mallopt(3), the ``MALLOC_*_`` 
 leaves that one alone and says so. Not glibc (musl), or a ``mallopt`` that refuses: logged, nothing
 else changes. Process-wide, so only ``pykubelet agent``'s ``main`` applies it, not ``run_agent``
 (hollow nodes run many agents in one process that has its own allocation pattern).
+
+``tune_gc``: the cyclic garbage collector cost the agent ~0.5 s of CPU in a 1,000-pod start (fake
+runtime, ~7 % of its CPU; 398 young, 36 middle and 4 full collections, measured with
+``gc.callbacks``). Two standard settings (the ``gc`` module's documented interface):
+``gc.freeze()`` after the imports moves their ~50,000 objects (code, functions, classes, module
+dicts; they live as long as the process) to a permanent generation that full collections no longer
+walk (17-26 ms each), after one ``gc.collect()`` so that import-time cycles are not kept forever;
+and a young-generation threshold of 10,000 allocations instead of 700, so that most short-lived
+containers (decoded JSON, request objects) are freed by reference counting before a collection ever
+visits them. Measured: GC CPU in the 1,000-pod start 478-530 → 165-229 ms; 110 real pods' RSS
+unchanged (60.9 vs 61.1 MB). Go's collector has its own pacing (GOGC); nothing to follow there.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -106,3 +119,17 @@ def tune_malloc(environ: Mapping[str, str] | None = None, mallopt: Mallopt | Non
     if applied:
         log.debug("malloc: %s", " ".join(str(s) for s in applied))
     return applied
+
+
+YOUNG_GENERATION_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
+
+
+def tune_gc(threshold: int = YOUNG_GENERATION_THRESHOLD) -> int:
+    """Collect once, exempt every object alive now from later collections, and collect the young
+    generation less often (see the module docstring); returns how many objects were frozen. Call
+    once, after the imports and the configuration."""
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(threshold, middle, old)
+    return gc.get_freeze_count()

@@ -1,4 +1,4 @@
-"""The agent fixes glibc's malloc thresholds so large buffers (TLS read buffers) stay out of the heap."""
+"""The agent fixes glibc's malloc thresholds (large buffers stay out of the heap) and tunes the collector."""
 
 from __future__ import annotations
 
@@ -84,3 +84,21 @@ libc.free(block)
     out = {mode: subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, env=env,
                                 check=True).stdout.strip() for mode in ("default", "tuned")}
     assert out == {"default": "0", "tuned": "1"}
+
+
+def test_after_start_up_the_collector_skips_the_import_objects_and_runs_less_often() -> None:
+    import gc
+
+    threshold = gc.get_threshold()
+    try:
+        before = len(gc.get_objects())  # what a full collection walks
+        frozen = memory.tune_gc(threshold=5000)
+        assert frozen > 1000  # at least the interpreter's and the test run's imports
+        after = [["made after the freeze"]]
+        walked = gc.get_objects()
+        assert len(walked) < before // 10
+        assert any(o is after for o in walked)  # new objects are still collected as usual
+        assert gc.get_threshold() == (5000, threshold[1], threshold[2])
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
