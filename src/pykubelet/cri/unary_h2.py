@@ -67,7 +67,7 @@ _RST_CANCEL = 8
 _RST_REFUSED = 7
 # Read coalescing (see ``_Connection._after_read``): a read that leaves calls of the last write in
 # flight waits this long before the next read, if that write went out at most FAST_BATCH ago
-READ_COALESCE = 0.002
+READ_COALESCE = 0.005
 FAST_BATCH = 0.010
 
 # RST_STREAM error code -> gRPC status (PROTOCOL-HTTP2.md "Errors")
@@ -229,6 +229,7 @@ class _Connection(asyncio.Protocol):
         self._flushed_id = 1
         self._batch_lo = self._batch_hi = 1
         self._batch_at = 0.0
+        self._batch_answered = False  # a call of the last write finished: its siblings are due
         self._last_sid = 0  # stream of the last frame parsed by data_received
         self._resume: asyncio.TimerHandle | None = None  # reading paused until this timer fires
         # the peer's settings (defaults until its SETTINGS frame arrives)
@@ -274,6 +275,7 @@ class _Connection(asyncio.Protocol):
         out, self._out = self._out, []
         if self._next_id != self._flushed_id:  # this write opens streams: the batch to wait for
             self._batch_lo, self._batch_hi = self._flushed_id, self._next_id
+            self._batch_answered = False
             self._flushed_id = self._next_id
             self._batch_at = (self._loop or asyncio.get_running_loop()).time()
         if out and self.transport is not None and not self.transport.is_closing():
@@ -463,39 +465,40 @@ class _Connection(asyncio.Protocol):
             del self._buf[:pos]
         elif pos < end:
             self._buf += buf[pos:]
-        if self._batch_hi != self._batch_lo:
+        if self._batch_answered:
             self._after_read()
 
     def _after_read(self) -> None:
-        """Read coalescing: after a read that completed calls while calls written in the same
-        write are still in flight, pause reading for ``READ_COALESCE`` so that their responses,
-        which a runtime answering at once sends a few hundred µs apart, are read together.
+        """Read coalescing: after the read that brought the first answers to the calls of one
+        write while other calls of that write are still in flight, pause reading for
+        ``READ_COALESCE`` so that their responses, which a runtime answering at once sends a few
+        hundred µs apart, are read together.
 
         Why: every read is a wake-up of the loop, and a wake-up from an idle core costs more on a
         VM than the parsing (docs/benchmarks-scale.md, "Probes: fewer wake-ups"). The prober
-        writes the ExecSync calls of its 25 ms slot in one write; the runtime answers each on its
+        writes the ExecSync calls of its wake slot in one write; the runtime answers each on its
         own, so without this the agent wakes once or twice per probe. Only when it can pay off:
-        the read ended at a frame boundary with a stream's last frame (never in the middle of a
-        response, so a large message is read at full speed), and the write is younger than
-        ``FAST_BATCH`` (a runtime whose calls take longer, like a real exec, gains nothing from
-        waiting). The cost is at most ``READ_COALESCE`` of latency for the calls answered while
-        reading is paused, far below any CRI deadline."""
-        if self._resume is not None or self._buf or self._last_sid in self.streams or self.closed:
-            return
+        once per write, never for a lone call, never in the middle of a response (the read ended
+        at a frame boundary with a stream's last frame, so a large message is read at full
+        speed), and only if the write is younger than ``FAST_BATCH`` (a runtime whose calls take
+        longer, like a real exec, gains nothing from waiting). The cost is at most
+        ``READ_COALESCE`` of latency for the calls answered while reading is paused, far below any
+        CRI deadline."""
+        self._batch_answered = False
+        lo, hi = self._batch_lo, self._batch_hi
+        self._batch_lo = hi  # once per write
         loop = self._loop
-        if loop is None or loop.time() - self._batch_at > FAST_BATCH:
-            self._batch_lo = self._batch_hi
+        if (self._resume is not None or self._buf or self._last_sid in self.streams or self.closed
+                or loop is None or loop.time() - self._batch_at > FAST_BATCH):
             return
         streams = self.streams
-        for sid in range(self._batch_lo, self._batch_hi, 2):
+        for sid in range(lo, hi, 2):
             if sid in streams:
-                self._batch_lo = sid  # the ones before it are done
                 transport = self.transport
                 if transport is not None and not transport.is_closing():
                     transport.pause_reading()
                     self._resume = loop.call_later(READ_COALESCE, self._resume_reading)
                 return
-        self._batch_lo = self._batch_hi  # the whole batch is answered
 
     def _resume_reading(self) -> None:
         self._resume = None
@@ -681,6 +684,8 @@ class _Connection(asyncio.Protocol):
     def _finish(self, st: _Stream) -> None:
         if self.streams.pop(st.id, None) is None:
             return
+        if self._batch_lo <= st.id < self._batch_hi:
+            self._batch_answered = True
         self._stream_gone()
         status: int | None = None
         message = ""

@@ -143,9 +143,17 @@ async def test_responses_to_calls_written_together_are_read_together() -> None:
     assert await first == b"one"
     await asyncio.sleep(unary_h2.READ_COALESCE * 5)
     assert transport.reading  # resumed after READ_COALESCE, whatever arrived meanwhile
-    conn.data_received(_response(enc, 3, b"two") + _response(enc, 5, b"three"))
-    assert transport.reading and transport.pauses == 1  # the whole batch is answered: no wait
+    conn.data_received(_response(enc, 3, b"two"))
+    assert transport.reading and transport.pauses == 1  # once per write: stragglers are read at once
+    conn.data_received(_response(enc, 5, b"three"))
     assert [await second, await third] == [b"two", b"three"]
+    # a later write's answers are again read together
+    fourth, fifth = await _written_together(conn, 2)
+    conn.data_received(_response(enc, 7, b"four"))
+    assert transport.pauses == 2 and await fourth == b"four"
+    await asyncio.sleep(unary_h2.READ_COALESCE * 5)
+    conn.data_received(_response(enc, 9, b"five"))
+    assert transport.reading and await fifth == b"five"
 
 
 async def test_a_lone_call_and_a_response_cut_short_never_pause_reading() -> None:
