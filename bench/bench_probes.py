@@ -12,8 +12,8 @@ Measured once all 100 pods are Running and Ready:
 * **raw ExecSync baseline, same run**: during the same hold a separate process
   (``bench/bench_grpc_call.py --variant cri_client``) makes the bare ``ExecSync`` calls at the same
   rate (pods x 2 / period) against the same fakecri through the project's ``CRIClient``, in 25 ms
-  slots like the prober's wake grid; its CPU over its paced window is the floor an exec probe can
-  cost through this client. Printed: the agent's CPU as a ratio to it.
+  slots (``bench_grpc_call.py``'s pacing; the prober's own wake grid is 100 ms); its CPU over its
+  paced window is the floor an exec probe can cost through this client. Printed: the agent's CPU as a ratio to it.
 * **agent wake-ups per probe**: the agent's voluntary context switches (all threads, from
   ``/proc/<pid>/task/*/status``) over the hold per probe run: each is the event loop going to sleep
   and being woken again, which on a VM costs more than most of the Python around it
