@@ -349,36 +349,29 @@ async def test_side_by_side_runs_a_single_coroutine_in_the_callers_task() -> Non
     assert await side_by_side([]) == []
 
 
+async def _wait_until_cancelled(cancelled: asyncio.Event) -> None:
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
+
+
 async def test_side_by_side_cancels_the_others_when_one_fails() -> None:
     cancelled = asyncio.Event()
-
-    async def forever() -> None:
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
 
     async def fails() -> None:
         await asyncio.sleep(0)
         raise ValueError("boom")
 
     with pytest.raises(ValueError, match="boom"):
-        await side_by_side([forever(), fails()])
+        await side_by_side([_wait_until_cancelled(cancelled), fails()])
     assert cancelled.is_set()
 
 
 async def test_side_by_side_cancelled_cancels_its_tasks() -> None:
     cancelled = asyncio.Event()
-
-    async def forever() -> None:
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    outer = asyncio.create_task(side_by_side([forever(), forever()]))
+    outer = asyncio.create_task(side_by_side([_wait_until_cancelled(cancelled), _wait_until_cancelled(cancelled)]))
     await asyncio.sleep(0.01)
     outer.cancel()
     with pytest.raises(asyncio.CancelledError):
