@@ -292,6 +292,27 @@ class FakeClock:
         self.now += seconds
 
 
+class FakeMirrorClient:
+    """Mirror pods (``interfaces.MirrorClient``) that the API refuses ``refusals`` times first, as it
+    does before the node is registered (a mirror needs the Node's owner reference)."""
+
+    def __init__(self, refusals: int = 0) -> None:
+        self.refusals = refusals
+        self.calls = 0
+        self.mirrors: dict[tuple[str, str], JSON] = {}
+
+    async def ensure_mirror(self, static_pod: JSON) -> JSON | None:
+        self.calls += 1
+        if self.calls <= self.refusals:
+            return None
+        md = static_pod.get("metadata") or {}
+        key = (md.get("namespace") or "default", md.get("name") or "")
+        return self.mirrors.setdefault(key, {"metadata": {"namespace": key[0], "name": key[1]}})
+
+    async def delete_mirror(self, namespace: str, name: str, uid: str | None = None) -> bool:
+        return self.mirrors.pop((namespace, name), None) is not None
+
+
 class FakeExecRuntime:
     """CRI ExecSync with a scripted answer: exit code and output, an error, or never answering."""
 

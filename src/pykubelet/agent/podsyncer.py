@@ -317,10 +317,12 @@ class PodSyncer:
             return SyncPodResult(terminal=True)
         self.probes.add_pod(pod)
         self._observe_start(uid, status)
+        mirror_missing = False
         if podutil.is_static_pod(pod) and self.mirror is not None:
             try:
-                await self.mirror.ensure_mirror(pod)
+                mirror_missing = await self.mirror.ensure_mirror(pod) is None
             except Exception as e:
+                mirror_missing = True
                 log.warning("mirror pod for %s: %s", (pod.get("metadata") or {}).get("name"), e)
         try:
             for hook in self.hooks:
@@ -358,6 +360,10 @@ class PodSyncer:
             requeue = max(0.5, min(remaining, default=1.0) + 0.2)
         elif result.error:
             requeue = ERROR_RETRY
+        if mirror_missing:
+            # e.g. a static pod synced before the node was registered: the API refuses a mirror
+            # without the Node's owner reference, so try again soon instead of at the next resync
+            requeue = min(requeue if requeue is not None else ERROR_RETRY, ERROR_RETRY)
         if deadline_left is not None:
             requeue = min(requeue if requeue is not None else deadline_left + 0.2, deadline_left + 0.2)
         return SyncPodResult(terminal=False, requeue_after=requeue)

@@ -24,7 +24,7 @@ from pykubelet.fakecri.runtime import RUNTIME_NAME
 from pykubelet.fakecri.server import serve
 from tests import builders
 from tests.builders import container, pod_path
-from tests.fakes import FakeApi, eventually
+from tests.fakes import FakeApi, FakeMirrorClient, eventually
 
 JSON = dict[str, Any]
 
@@ -48,19 +48,21 @@ class Harness:
         self.tmp, self.runtime, self.api = tmp, runtime, api
         self.updates: asyncio.Queue[PodUpdate] = asyncio.Queue()
         self.kubelet: Kubelet | None = None
+        self.sync_frequency = 5.0
+        self.mirror: FakeMirrorClient | None = None
 
     def options(self) -> AgentOptions:
         cfg = KubeletConfiguration()
         cfg.cgroups_per_qos = False
         cfg.pod_logs_dir = str(self.tmp / "logs")
-        cfg.sync_frequency = 5.0
+        cfg.sync_frequency = self.sync_frequency
         return AgentOptions(config=cfg, node_name="node1", node_ip="127.0.0.1", root_dir=self.tmp / "root")
 
     async def start(self) -> Kubelet:
         self.updates = asyncio.Queue()
         k = Kubelet(options=self.options(), api=self.api, runtime=self.runtime,  # type: ignore[arg-type]
                     recorder=EventRecorder(None, host="node1"), updates=self.updates,
-                    mirror=None, pleg_period=0.2, housekeeping_period=0.3, status_reconcile_period=1.0)
+                    mirror=self.mirror, pleg_period=0.2, housekeeping_period=0.3, status_reconcile_period=1.0)
         await k.start()
         self.kubelet = k
         return k
@@ -312,3 +314,20 @@ async def test_each_started_container_gets_an_empty_world_writable_termination_m
         assert (info.st_size, info.st_mode & 0o777) == (0, 0o666)
         seen.add(path)
     assert len(seen) == 2
+
+
+async def test_a_static_pod_whose_mirror_was_refused_gets_it_soon_not_at_the_next_resync(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the API refuses mirrors until the node is registered; the pod runs meanwhile, and its mirror
+    # is tried again within the sync error retry, not only at the next resync (here an hour away)
+    monkeypatch.setattr("pykubelet.agent.podsyncer.ERROR_RETRY", 0.3)
+    harness.sync_frequency = 3600.0
+    harness.mirror = mirror = FakeMirrorClient(refusals=2)
+    await harness.start()
+    pod = builders.pod("etcd", containers=[busybox("c")], node_name="node1",
+                       annotations={"kubernetes.io/config.source": "file"})
+    await harness.updates.put(PodUpdate(PodOp.ADD, "file", [pod]))
+    assert harness.kubelet is not None
+    harness.kubelet.mark_source_ready("file")
+    assert await eventually(lambda: mirror.mirrors.get(("default", "etcd")), timeout=20)
+    assert mirror.calls == 3

@@ -13,7 +13,9 @@ Upstream behaviour followed:
 - an existing pod of that name whose mirror hash differs (the manifest was edited), that is not a
   mirror at all, or that is being deleted, is deleted with grace 0 and a UID precondition, then the
   mirror is re-created;
-- API errors are logged and reported as ``None``/``False``; the engine retries on its next sync.
+- API errors are logged and reported as ``None``/``False``; the engine syncs the static pod again
+  within ``ERROR_RETRY`` while its mirror is missing (e.g. before the node is registered, the API
+  refuses a mirror without the Node's owner reference), not only at its next resync.
 """
 
 from __future__ import annotations
