@@ -345,5 +345,6 @@ async def test_a_new_container_is_probed_at_once_not_on_the_grid(env: Any) -> No
     waiting = asyncio.ensure_future(m._wait(w, 3600))
     await asyncio.sleep(0)
     w.wake()
-    async with asyncio.timeout(1):
+    async with asyncio.timeout(1):  # an hour's period: only the wake can end the wait in time
         await waiting
+    assert waiting.done() and waiting.exception() is None
