@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import os
-import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -51,32 +49,6 @@ def test_sandbox_config_labels_logs_dns_ports(tmp_path: Path) -> None:
     cfg = criconfig.sandbox_config(p, 0, pod_logs_dir="/l", cluster_dns=["10.96.0.10"], resolv_conf=str(resolv))
     assert list(cfg.dns_config.servers) == ["10.96.0.10"]
     assert list(cfg.dns_config.searches)[:1] == ["ns1.svc.cluster.local"]
-
-
-def test_each_sandbox_gets_the_host_resolv_conf_as_it_is_now(tmp_path: Path) -> None:
-    resolv = tmp_path / "resolv.conf"
-    resolv.write_text("nameserver 1.1.1.1\n")
-    p = web_pod(containers=[container("a", "i")], dnsPolicy="Default")
-
-    def servers() -> list[str]:
-        cfg = criconfig.sandbox_config(p, 0, pod_logs_dir="/l", resolv_conf=str(resolv))
-        return list(cfg.dns_config.servers)
-
-    assert servers() == ["1.1.1.1"]
-    old = time.time() - 60  # settled: the file is read once, then only its stat is asked
-    os.utime(resolv, (old, old))
-    assert servers() == ["1.1.1.1"]
-    with open(resolv, "r+") as f:  # same size, same inode, written in place now
-        f.write("nameserver 9.9.9.9\n")
-    assert servers() == ["9.9.9.9"]
-    os.utime(resolv, (old, old))  # even with its old times back (same stat as when read)
-    assert servers() == ["9.9.9.9"]
-    replacement = tmp_path / "new"
-    replacement.write_text("nameserver 8.8.4.4\n")
-    replacement.replace(resolv)  # replaced (another inode), as resolvconf tools do
-    assert servers() == ["8.8.4.4"]
-    resolv.unlink()
-    assert servers() == []  # unreadable: no host servers, as before
 
 
 async def test_container_config_env_and_expansion() -> None:

@@ -29,7 +29,6 @@ import binascii
 import math
 import os
 import re
-import time
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Any
@@ -113,46 +112,13 @@ def pod_log_dir(pod_logs_dir: str, pod: Pod) -> str:
 
 
 # --- DNS --------------------------------------------------------------------------------------
-# resolv.conf path → ((inode, size, mtime ns) when read, its text): one stat per sandbox, not a read
-_RESOLV: dict[str, tuple[tuple[int, int, int], str]] = {}
-_RESOLV_SETTLE_NS = 2_000_000_000
-
-
-def host_resolv_conf(path: str) -> str:
-    """The text of the host's resolv.conf (the kubelet's ``resolvConf``), "" when it cannot be read.
-    Read again whenever its inode, size or modification time changed, and while it was modified in
-    the last 2 s (a ``stat`` costs ~2.5 µs here, the open + read ~20 µs per sandbox); as upstream,
-    every sandbox gets the file as it is now."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        _RESOLV.pop(path, None)
-        return ""
-    key = (st.st_ino, st.st_size, st.st_mtime_ns)
-    got = _RESOLV.get(path)
-    if got is not None and got[0] == key:
-        return got[1]
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError:
-        _RESOLV.pop(path, None)
-        return ""
-    if time.time_ns() - st.st_mtime_ns < _RESOLV_SETTLE_NS:
-        # changed in the last seconds: a rewrite of the same size within the same timestamp tick
-        # (file times are jiffy-coarse) would look unchanged, so this text is not kept (as git's
-        # "racily clean" entries)
-        _RESOLV.pop(path, None)
-        return text
-    if len(_RESOLV) > 8:  # one path in practice (tests use a few)
-        _RESOLV.clear()
-    _RESOLV[path] = (key, text)
-    return text
-
-
 def dns_config(pod: Pod, *, cluster_dns: list[str], cluster_domain: str, resolv_conf: str) -> pb.DNSConfig:
     """The sandbox's DNSConfig: the policy logic is :func:`pykubelet.agent.kuberuntime.dns.pod_dns`."""
-    host = host_resolv_conf(resolv_conf)
+    try:
+        with open(resolv_conf) as f:
+            host = f.read()
+    except OSError:
+        host = ""
     d = poddns.pod_dns(pod, cluster_dns=cluster_dns, cluster_domain=cluster_domain, host_resolv=host)
     return pb.DNSConfig(servers=d.servers, searches=d.searches, options=d.options)
 
