@@ -15,6 +15,8 @@ What it follows from upstream client-go:
   the protocol callback, net/http's retry rules), at about half aiohttp's client CPU per call
   (docs/benchmarks-scale.md, "API client"); watches stream through aiohttp. A ``tokenFile`` is read
   again at most once a minute, as client-go's cachingTokenSource.
+- JSON: answers and watch events are decoded by ``common/jsoncodec.py`` (msgspec, exactly
+  ``json.loads``'s values and errors, at about half the CPU); request bodies by ``json.dumps``.
 - watch: chunked JSON lines of ``{"type", "object"}``; an ``ERROR`` event whose Status code is 410 is
   raised as ``ApiError(410)`` so the caller relists (the reflector pattern); BOOKMARK events are
   passed through so callers can advance their resourceVersion.
@@ -37,6 +39,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import aiohttp
 import yaml
 
+from pykubelet.common import jsoncodec
 from pykubelet.common.http1 import Http1Pool
 
 Obj = dict[str, Any]
@@ -75,7 +78,7 @@ class ApiError(Exception):
     @classmethod
     def from_body(cls, status: int, text: str) -> ApiError:
         try:
-            body = json.loads(text)
+            body = jsoncodec.loads(text)
         except ValueError:
             return cls(status, "Unknown", text.strip()[:500] or f"HTTP {status}")
         if not isinstance(body, dict):
@@ -312,7 +315,7 @@ class ApiClient:
             raise ApiError.from_body(resp.status, resp.body.decode("utf-8", "replace"))
         if not resp.body:
             return {}
-        result = json.loads(resp.body)
+        result = jsoncodec.loads(resp.body)
         return result if isinstance(result, dict) else {"items": result}
 
     def _message(
@@ -389,7 +392,7 @@ class ApiClient:
                     for line in lines:
                         if not line.strip():
                             continue
-                        event = json.loads(line)
+                        event = jsoncodec.loads(line)
                         etype, obj = event.get("type", ""), event.get("object") or {}
                         if etype == "ERROR":
                             raise ApiError(
