@@ -237,6 +237,9 @@ def test_a_new_pod_shares_the_parts_equal_to_the_pod_before_it() -> None:
     ({"x": {"a": 0}, "y": [[False]]}, {"x": {"a": -0.0}, "y": [[0]]}),
     ({"x": {"a": "1", "b": {"c": 2}}}, {"x": {"b": {"c": 2}, "a": "1"}}),  # same keys, another order, nested
     ({"x": [], "y": {}}, {}),
+    ({"x": {"a": 0.0}, "y": [0.0]}, {"x": {"a": -0.0}, "y": [-0.0]}),  # equal floats, written differently
+    ({"x": {"a": float("inf"), "b": None}}, {"x": {"a": float("inf"), "b": None}}),
+    ({"x": {"a": "\ud800", "b": 1}}, {"x": {"a": "\ud800", "b": True}}),  # a lone surrogate (json takes it)
 ])
 def test_a_shared_copy_is_exactly_the_decoded_object(obj: Any, model: Any) -> None:
     obj_before, model_before = copy.deepcopy(obj), copy.deepcopy(model)

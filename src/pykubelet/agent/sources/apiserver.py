@@ -46,7 +46,10 @@ import marshal
 import random
 import sys
 import time
+from math import copysign
 from typing import Any
+
+import msgspec
 
 from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient, ApiError
@@ -66,6 +69,7 @@ _NO_DICT: dict[str, Any] = {}  # "no model" placeholders: never returned, never 
 _NO_LIST: list[Any] = []
 _MISSING = object()
 _dumps = marshal.dumps
+_encode = msgspec.json.Encoder().encode
 
 
 def shared_copy(obj: Any, model: Any = None, second: Any = None) -> Any:
@@ -87,19 +91,32 @@ def shared_copy(obj: Any, model: Any = None, second: Any = None) -> Any:
                             second if type(model) is list and type(second) is list else _NO_LIST)
     if t is str:
         return sys.intern(obj)
-    return model if type(model) is t and model == obj else obj
+    return model if type(model) is t and model == obj and (t is not float or _same_zero(obj, model)) else obj
+
+
+def _same_zero(a: Any, b: Any) -> bool:
+    """Two equal floats are the same number: only ``0.0`` and ``-0.0`` are equal and differ
+    (``json`` keeps the sign; the engine would see the model's)."""
+    return copysign(1.0, a) == copysign(1.0, b)
 
 
 def _identical(obj: Any, model: Any) -> bool:
     """``obj`` and ``model`` (decoded JSON) are the same document: equal with the same types (``==``
     alone takes ``1``, ``1.0`` and ``True`` for one another) and the same key order (``==`` ignores
     it). ``==`` first: a deep compare in C that stops at the first difference, so the parts that
-    changed cost little to reject. When equal, ``marshal`` format 2 (no references, no interning
-    marks: the bytes depend on the values, their types and order only) settles the rest, also in C.
-    The model's own strings are interned already, so reusing it loses nothing."""
+    changed cost little to reject. When equal, their JSON encodings (msgspec, in C, ~3x cheaper
+    than ``marshal``) settle the rest: ``1``, ``1.0``, ``true``, ``0.0`` and ``-0.0`` are written
+    differently, keys in their order; equal values that encode alike (``inf`` and ``nan`` as
+    ``null``) are the same value, as ``==`` already said. What msgspec cannot write (a lone surrogate
+    that ``json`` decoded) goes to ``marshal`` format 2 (no references, no interning marks: the bytes
+    depend on the values, their types and order only). The model's own strings are interned
+    already, so reusing it loses nothing."""
     if obj != model:  # also False for the "no model" placeholders unless obj is empty
         return False
-    return _dumps(obj, 2) == _dumps(model, 2)
+    try:
+        return _encode(obj) == _encode(model)
+    except (ValueError, TypeError, msgspec.EncodeError):
+        return _dumps(obj, 2) == _dumps(model, 2)
 
 
 def _shared_dict(obj: dict[str, Any], model: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +147,7 @@ def _shared_dict(obj: dict[str, Any], model: dict[str, Any], second: dict[str, A
             elif type(m2) is not list:
                 m2 = _NO_LIST
             v = m if v and _identical(v, m) else _shared_list(v, m, m2)
-        elif type(m) is t and m == v:
+        elif type(m) is t and m == v and (t is not float or _same_zero(v, m)):
             v = m
         if v is not m:
             same = False
@@ -167,7 +184,7 @@ def _shared_list(obj: list[Any], model: list[Any], second: list[Any]) -> list[An
             elif type(m2) is not list:
                 m2 = _NO_LIST
             v = m if v and _identical(v, m) else _shared_list(v, m, m2)
-        elif type(m) is t and m == v:
+        elif type(m) is t and m == v and (t is not float or _same_zero(v, m)):
             v = m
         if v is not m:
             same = False
