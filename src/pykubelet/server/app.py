@@ -65,7 +65,7 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from pykubelet.server import discovery, kubeletproxy, metricsapi, openapiv2, protobuf
+from pykubelet.server import discovery, jsonbytes, kubeletproxy, metricsapi, openapiv2, protobuf
 from pykubelet.server.auth import PKI, Attributes, Authorizer, TokenAuth, UserInfo, user_from_peercert
 from pykubelet.server.errors import StatusError, bad_request, invalid_options, method_not_allowed
 from pykubelet.server.patch import PATCH_TYPES
@@ -160,7 +160,7 @@ def json_response(obj: Any, status: int = 200, content_type: str = JSON_CT,
     h: CIMultiDict[str] = CIMultiDict(headers or {})
     if ";" in content_type:
         h["Content-Type"] = content_type
-    return web.Response(body=json.dumps(obj, separators=(",", ":")).encode(), status=status,
+    return web.Response(body=jsonbytes.encode(obj), status=status,
                         content_type=None if ";" in content_type else content_type, headers=h)
 
 

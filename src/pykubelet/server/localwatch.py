@@ -34,11 +34,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from pykubelet.common.apiclient import ApiError
+from pykubelet.server import jsonbytes
 from pykubelet.server.controllers.kit import Api, Obj
 from pykubelet.server.errors import StatusError
 from pykubelet.server.resources import lookup
@@ -88,7 +88,7 @@ def metadata_collection(path: str) -> tuple[str, str | None, str | None] | None:
 
 
 def _decode(data: bytes) -> Obj:
-    obj: Obj = json.loads(data)
+    obj: Obj = jsonbytes.decode(data)
     meta = obj.get("metadata")
     if isinstance(meta, dict):
         meta.pop("managedFields", None)

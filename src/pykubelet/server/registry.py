@@ -46,6 +46,7 @@ from pykubelet.server import (
     crd,
     events_conv,
     garbagecollection,
+    jsonbytes,
     managedfields,
     pdb,
     podsecurity,
@@ -207,8 +208,7 @@ class ListPage:
             return list(self.data)
         if all(map(operator.is_, self.objs, self.raws)):
             return list(self.data)
-        dumps = json.JSONEncoder(separators=(",", ":")).encode
-        return [d if o is r else dumps(o).encode() for o, r, d in zip(self.objs, self.raws, self.data, strict=True)]
+        return [d if o is r else jsonbytes.encode(o) for o, r, d in zip(self.objs, self.raws, self.data, strict=True)]
 
 
 class Written:
@@ -225,12 +225,12 @@ class Written:
 
     def obj(self) -> Obj:
         if self._obj is None:
-            self._obj = json.loads(self._data or b"{}")
+            self._obj = jsonbytes.decode(self._data or b"{}")
         return self._obj
 
     def encoded(self) -> bytes:
         if self._data is None:
-            self._data = json.dumps(self._obj, separators=(",", ":")).encode()
+            self._data = jsonbytes.encode(self._obj)
         return self._data
 
 
@@ -407,13 +407,13 @@ class Registry:
         """:meth:`get` as JSON: an object presented as stored is the bytes the store encoded once
         for its revision (shared with lists and watch events), no copy and no encoding."""
         if ri.virtual or sub not in ("", "status"):
-            return json.dumps(self.get(ri, ns, name, sub), separators=(",", ":")).encode()
+            return jsonbytes.encode(self.get(ri, ns, name, sub))
         raw = self.store.peek(ri.key, ns, name)
         if raw is None:
             raise not_found(ri.resource, name, ri.group)
         obj = self._presenter(ri)(raw)
         data = self.store.encoded(ri.key, ns, name) if obj is raw else None
-        return data if data is not None else json.dumps(obj, separators=(",", ":")).encode()
+        return data if data is not None else jsonbytes.encode(obj)
 
     def _select(self, ri: ResourceInfo, ns: str | None, label_sel: str | None, field_sel: str | None,
                 limit: int | None, cont: str | None, *, objects: bool = True, exact: int | None = None) -> ListPage:

@@ -22,8 +22,9 @@ Everything runs on the event loop thread, so no locking is needed: a write and i
 watchers happen atomically with respect to other coroutines.
 
 Copies.  The store keeps its own copy of each object (a ``deepcopy``: revisions share their
-strings) and its compact JSON per revision, for lists and watch events; what a write returns to
-its caller is that JSON decoded again (``json.loads`` is several times cheaper than ``deepcopy``),
+strings) and its compact JSON per revision, for lists and watch events (encoded and decoded by
+:mod:`pykubelet.server.jsonbytes`: msgspec, the same JSON values as the stdlib's); what a write
+returns to its caller is that JSON decoded again (several times cheaper than ``deepcopy``),
 or, for the API's writes, which answer with those very bytes, nothing (``decoded=False``).
 
 A watch with an equality field selector on ``spec.nodeName`` (every kubelet's pod watch) is indexed
@@ -62,7 +63,6 @@ import collections
 import copy
 import heapq
 import itertools
-import json
 import logging
 import operator
 import os
@@ -73,6 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from pykubelet.server import jsonbytes
 from pykubelet.server.errors import already_exists, conflict, expired, not_found
 from pykubelet.server.selectors import field_value
 
@@ -143,7 +144,7 @@ class WatchEvent:
     def encoded(self) -> bytes:
         """``obj`` as compact JSON, encoded once however many watchers receive the event."""
         if self._encoded is None:  # a cache, not state: set once on the frozen event
-            object.__setattr__(self, "_encoded", json.dumps(self.obj, separators=(",", ":")).encode())
+            object.__setattr__(self, "_encoded", jsonbytes.encode(self.obj))
         assert self._encoded is not None
         return self._encoded
 
@@ -151,7 +152,7 @@ class WatchEvent:
         """``old`` as compact JSON (encoded on first use: only a list page at an older revision
         asks), ``b""`` for an ADDED event."""
         if self._old_encoded is None:
-            data = b"" if self.old is None else json.dumps(self.old, separators=(",", ":")).encode()
+            data = b"" if self.old is None else jsonbytes.encode(self.old)
             object.__setattr__(self, "_old_encoded", data)
         assert self._old_encoded is not None
         return self._old_encoded
@@ -227,7 +228,7 @@ class Snapshot:
                 continue
             data = cache.get(k)
             if data is None:
-                data = cache[k] = json.dumps(obj, separators=(",", ":")).encode()
+                data = cache[k] = jsonbytes.encode(obj)
             yield k, obj, data
 
     def _past(self, start: Key | None) -> Iterator[tuple[Key, Obj, bytes]]:
@@ -365,7 +366,7 @@ class Storage:
                     self.stale[resource] = self.stale.get(resource, 0) + 1
             elif raw.startswith(ENCRYPTED_PREFIX):
                 raise StorageError("identity transformer tried to read encrypted data")
-            obj = json.loads(raw)
+            obj = jsonbytes.decode(raw)
         except Exception as e:  # any decoding failure: say which object, stop the start
             hint = ""
             if isinstance(data, bytes) and bytes(data).startswith(ENCRYPTED_PREFIX):
@@ -392,10 +393,10 @@ class Storage:
         revision goes) are copied; the rest is shared, as it may be with earlier revisions."""
         if owned:
             stored = {**obj, "metadata": {**(obj.get("metadata") or {}), "resourceVersion": str(rv)}}
-            return stored, json.dumps(stored, separators=(",", ":")).encode()
+            return stored, jsonbytes.encode(stored)
         stored = copy.deepcopy(obj)
         stored.setdefault("metadata", {})["resourceVersion"] = str(rv)
-        return stored, json.dumps(stored, separators=(",", ":")).encode()
+        return stored, jsonbytes.encode(stored)
 
     def close(self) -> None:
         for ws in self._watchers.values():
@@ -438,7 +439,7 @@ class Storage:
         cache = self._encoded[resource]
         data = cache.get((namespace, name))
         if data is None:
-            data = cache[(namespace, name)] = json.dumps(obj, separators=(",", ":")).encode()
+            data = cache[(namespace, name)] = jsonbytes.encode(obj)
         return data
 
     def _sorted_keys(self, resource: str) -> list[tuple[str, str]]:
@@ -461,7 +462,7 @@ class Storage:
                 obj = items[k]
                 d = cache.get(k)
                 if d is None:
-                    d = cache[k] = json.dumps(obj, separators=(",", ":")).encode()
+                    d = cache[k] = jsonbytes.encode(obj)
                 data.append(d)
                 untyped += _untyped(obj)
             col = self._columns[resource] = _Column(keys, data, untyped)
@@ -568,7 +569,7 @@ class Storage:
         self._order.pop(resource, None)
         self._encoded[resource][(namespace, name)] = data
         self._emit(WatchEvent("ADDED", resource, namespace, name, rv, obj, _encoded=data))
-        return json.loads(data) if decoded else obj
+        return jsonbytes.decode(data) if decoded else obj
 
     def update(self, resource: str, namespace: str, name: str, obj: Obj, *, expected_rv: str | None = None,
                kind_name: str = "", group: str = "", decoded: bool = True, owned: bool = False) -> Obj:
@@ -586,7 +587,7 @@ class Storage:
         self._encoded[resource][(namespace, name)] = data
         self._column_update(resource, (namespace, name), old, obj, data)
         self._emit(WatchEvent("MODIFIED", resource, namespace, name, rv, obj, old, _encoded=data))
-        return json.loads(data) if decoded else obj
+        return jsonbytes.decode(data) if decoded else obj
 
     def delete(self, resource: str, namespace: str, name: str, *, expected_rv: str | None = None,
                kind_name: str = "", group: str = "") -> Obj:
@@ -604,7 +605,7 @@ class Storage:
         self._order.pop(resource, None)
         self._encoded[resource].pop((namespace, name), None)
         self._emit(WatchEvent("DELETED", resource, namespace, name, rv, obj, old, _encoded=data))
-        return json.loads(data)
+        return jsonbytes.decode(data)
 
     # ---------------------------------------------------------------- watch
     def _emit(self, ev: WatchEvent) -> None:
