@@ -116,3 +116,19 @@ def test_oom_score_adj_by_qos() -> None:
     assert criconfig.oom_score_adj(web_pod(containers=[be]), be, MEM) == 1000
     bu = container("b", "i", resources={"requests": {"memory": "4Gi"}})
     assert criconfig.oom_score_adj(web_pod(containers=[bu]), bu, MEM) == 500
+
+
+async def test_a_bare_pods_configs_still_carry_every_message_the_runtime_reads(tmp_path: Path) -> None:
+    # the configs are filled in place: a sub-message whose fields are all defaults is still sent
+    # (containerd reads metadata, DNS and the Linux sections of every config, empty or not)
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("")
+    p = {"metadata": {}, "spec": {"dnsPolicy": "None"}}
+    sb = criconfig.sandbox_config(p, 0, pod_logs_dir="/l", resolv_conf=str(resolv))
+    assert all(sb.HasField(f) for f in ("metadata", "dns_config", "linux"))
+    assert sb.linux.HasField("security_context") and not sb.linux.HasField("overhead")
+    assert b'"\x00' in sb.SerializeToString()  # dns_config (field 4), sent empty
+    c = await build(p, {"name": "", "image": "i"})
+    assert all(c.HasField(f) for f in ("metadata", "image", "linux"))
+    assert c.linux.HasField("resources") and c.linux.HasField("security_context")
+    assert c.metadata.name == "" and c.metadata.attempt == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pykubelet.agent.kuberuntime.dns import missing_cluster_dns
 from pykubelet.agent.kuberuntime.envvars import service_env
 
 Obj = dict[str, Any]
@@ -74,3 +75,20 @@ def test_host_network_default_none_and_missing_cluster_dns() -> None:
                                                      "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]})
     d = dns(none)
     assert (d.servers, d.searches, d.options) == (["198.18.0.9"], ["a.b"], ["ndots:2", "edns0"])
+
+
+def test_the_missing_cluster_dns_warning_alone_is_the_one_the_pods_dns_gives() -> None:
+    host_net = pod()
+    host_net["spec"]["hostNetwork"] = True
+    with_host_net = pod()
+    with_host_net["spec"].update(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet")
+    pods = [pod(), host_net, with_host_net]
+    for policy in ("ClusterFirst", "Default", "None"):
+        p = pod()
+        p["spec"]["dnsPolicy"] = policy
+        pods.append(p)
+    for p in pods:
+        for cluster_dns in ([], ["198.18.0.1"]):
+            assert missing_cluster_dns(p, cluster_dns=cluster_dns) == dns(p, cluster_dns=cluster_dns).warning
+    assert missing_cluster_dns(pod(), cluster_dns=[]) != ""
+    assert missing_cluster_dns(with_host_net, cluster_dns=[]) != "" and missing_cluster_dns(host_net, cluster_dns=[]) == ""

@@ -108,9 +108,13 @@ class RuntimePodStatus:
         self.containers.sort(key=lambda c: (c.created_at, c.restart_count), reverse=True)
 
 
+# what ``json.dumps(spec, sort_keys=True, separators=(",", ":"))`` builds on every call, made once
+_HASH_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def hash_container(container: JSONObj) -> str:
     """Stable hash of a container spec (upstream HashContainer); resources excluded like upstream's
     in-place-resize aware hash, so a resize does not restart the container."""
-    spec = {k: v for k, v in container.items() if k != "resources"}
-    raw = json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
+    spec = {k: v for k, v in container.items() if k != "resources"} if "resources" in container else container
+    raw = _HASH_ENCODER.encode(spec).encode()
     return hashlib.sha256(raw).hexdigest()[:8]

@@ -46,12 +46,25 @@ def parse_resolv_conf(text: str) -> tuple[list[str], list[str], list[str]]:
     return servers, searches, options
 
 
-def pod_dns(pod: dict[str, Any], *, cluster_dns: list[str], cluster_domain: str, host_resolv: str) -> PodDNS:
-    """``host_resolv``: the text of the host's resolv.conf ("" if unreadable)."""
-    spec = pod.get("spec") or {}
+def _policy(spec: dict[str, Any]) -> str:
     policy = spec.get("dnsPolicy") or "ClusterFirst"
     if policy == "ClusterFirst" and spec.get("hostNetwork"):
         policy = "Default"
+    return str(policy)
+
+
+def missing_cluster_dns(pod: dict[str, Any], *, cluster_dns: list[str]) -> str:
+    """``pod_dns(...).warning`` alone (it depends on the policy and ``cluster_dns`` only)."""
+    policy = _policy(pod.get("spec") or {})
+    if policy in ("ClusterFirst", "ClusterFirstWithHostNet") and not cluster_dns:
+        return MISSING_CLUSTER_DNS.format(policy=policy)
+    return ""
+
+
+def pod_dns(pod: dict[str, Any], *, cluster_dns: list[str], cluster_domain: str, host_resolv: str) -> PodDNS:
+    """``host_resolv``: the text of the host's resolv.conf ("" if unreadable)."""
+    spec = pod.get("spec") or {}
+    policy = _policy(spec)
     out = PodDNS()
     host_servers, host_searches, host_options = parse_resolv_conf(host_resolv)
     if policy in ("ClusterFirst", "ClusterFirstWithHostNet") and not cluster_dns:
