@@ -13,9 +13,8 @@ What it follows from upstream client-go:
 - transport: the unary verbs (request/get/list/create/replace/patch/delete) go through a lean
   HTTP/1.1 keep-alive pool (``common/http1.py``: one prebuilt write, the answer parsed by httptools in
   the protocol callback, net/http's retry rules), at about half aiohttp's client CPU per call
-  (docs/benchmarks-scale.md, "API client"); watches stream through aiohttp. The calls of a task
-  that called :func:`calls_go_first` wait ahead of the others when all connections are busy. A
-  ``tokenFile`` is read again at most once a minute, as client-go's cachingTokenSource.
+  (docs/benchmarks-scale.md, "API client"); watches stream through aiohttp. A ``tokenFile`` is read
+  again at most once a minute, as client-go's cachingTokenSource.
 - JSON: answers and watch events are decoded by ``common/jsoncodec.py`` (msgspec, exactly
   ``json.loads``'s values and errors, at about half the CPU); request bodies by ``json.dumps``.
 - watch: chunked JSON lines of ``{"type", "object"}``; an ``ERROR`` event whose Status code is 410 is
@@ -33,7 +32,6 @@ import ssl
 import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -65,17 +63,6 @@ _PATCH_TYPES = {
 # cachingTokenSource (transport/token_source.go) keeps a file's token for a minute, so a rotated
 # projected token is picked up within a minute without a read per request.
 TOKEN_FILE_REREAD_SECONDS = 60.0
-
-_URGENT: ContextVar[bool] = ContextVar("pykubelet_apiclient_urgent", default=False)
-
-
-def calls_go_first() -> None:
-    """From now on, the unary calls of the running task (and of the tasks it starts) get the next
-    free connection before the calls already waiting for one when the pool is full
-    (``common/http1.py``). For the few calls others wait on: the agent's pod status writes (the pods
-    count as started once the API shows them Running and Ready) queued behind a burst of ~1,000
-    TokenRequests for up to 6 s. The order of the calls that go first is kept among themselves."""
-    _URGENT.set(True)
 
 
 class ApiError(Exception):
@@ -319,7 +306,7 @@ class ApiClient:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
         message = self._message(method, path, params, data, content_type or "application/json")
         try:
-            resp = await self._unary_pool().request(method, message, timeout, _URGENT.get())
+            resp = await self._unary_pool().request(method, message, timeout)
         except TimeoutError as e:
             raise ApiError(0, "Timeout", f"{method} {path}: timed out") from e
         except OSError as e:

@@ -13,9 +13,6 @@ What it keeps from a general client, following Go's net/http ``Transport`` (what
   ``Connection: close`` (or HTTP/1.0), newest first; idle connections are closed after
   ``IDLE_TIMEOUT`` seconds (aiohttp's connector default, so the agent's idle memory stays as it was);
 - a bounded pool: at most ``limit`` connections at once, further requests wait in order for one;
-  an ``urgent`` request waits ahead of the others (the agent's status writes must not queue behind
-  a burst of ~1,000 TokenRequests: upstream's client-go multiplexes them on one HTTP/2 connection,
-  where nothing queues in the client);
 - a reused connection that the server closed while idle: the request goes to another connection
   when it provably was not sent (the connection was seen closed before the write) or it is
   replayable (GET/HEAD/OPTIONS/TRACE, net/http's ``isReplayable``) and no byte of an answer came;
@@ -224,14 +221,11 @@ class Http1Pool:
         self._open = 0  # connections existing or being made, waiters' reserved slots included
         self._all: set[_Connection] = set()
         self._waiters: collections.deque[asyncio.Future[_Connection | None]] = collections.deque()
-        self._urgent: collections.deque[asyncio.Future[_Connection | None]] = collections.deque()
         self._sweeper: asyncio.TimerHandle | None = None
         self.closed = False
 
-    async def request(self, method: str, request: bytes, timeout: float | None,  # noqa: ASYNC109 - the caller's per-request timeout
-                      urgent: bool = False) -> Response:
-        """Send ``request`` (the full HTTP/1.1 message) and return the answer; when every connection
-        is busy, an ``urgent`` request gets the next one free before the requests waiting already.
+    async def request(self, method: str, request: bytes, timeout: float | None) -> Response:  # noqa: ASYNC109 - the caller's per-request timeout
+        """Send ``request`` (the full HTTP/1.1 message) and return the answer.
 
         The timeout covers the whole call. While a connection is awaited (pool full, connecting) it
         is an ``asyncio.timeout``; once the request is written it is one timer on the connection,
@@ -244,10 +238,10 @@ class Http1Pool:
             conn = self._take_idle()
             if conn is None:
                 if deadline is None:
-                    conn = await self._acquire(urgent)
+                    conn = await self._acquire()
                 else:
                     async with asyncio.timeout_at(deadline):
-                        conn = await self._acquire(urgent)
+                        conn = await self._acquire()
                 transport = conn.transport
                 if conn.closed or transport is None or transport.is_closing():
                     self._release(conn, reuse=False)  # closed while handed over: nothing was written to it
@@ -287,20 +281,19 @@ class Http1Pool:
             return conn
         return None
 
-    async def _acquire(self, urgent: bool = False) -> _Connection:
+    async def _acquire(self) -> _Connection:
         if self.closed:
             raise ProtocolError("connection pool closed")
         if self._open >= self.limit:
             fut: asyncio.Future[_Connection | None] = self.loop.create_future()
-            queue = self._urgent if urgent else self._waiters
-            queue.append(fut)
+            self._waiters.append(fut)
             try:
                 got = await fut
             except asyncio.CancelledError:
                 if fut.done() and not fut.cancelled():
                     self._hand_back(fut.result())
                 else:
-                    queue.remove(fut)
+                    self._waiters.remove(fut)
                 raise
             if got is not None:
                 got.reused = True
@@ -341,10 +334,11 @@ class Http1Pool:
                 conn._close()
             self._forget(conn)
             return
-        fut = self._next_waiter()
-        if fut is not None:
-            fut.set_result(conn)
-            return
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(conn)
+                return
         conn.idle_since = self.loop.time()
         self._idle.append(conn)
         if self._sweeper is None:
@@ -355,20 +349,12 @@ class Http1Pool:
             self._all.discard(conn)
             self._slot_freed()
 
-    def _next_waiter(self) -> asyncio.Future[_Connection | None] | None:
-        """The request to get a connection or slot next: the oldest urgent one, else the oldest."""
-        for queue in (self._urgent, self._waiters):
-            while queue:
-                fut = queue.popleft()
-                if not fut.done():
-                    return fut
-        return None
-
     def _slot_freed(self) -> None:
-        fut = self._next_waiter()
-        if fut is not None:
-            fut.set_result(None)  # the slot passes to the waiter, which connects
-            return
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)  # the slot passes to the waiter, which connects
+                return
         self._open -= 1
 
     def _lost(self, conn: _Connection) -> None:
@@ -400,8 +386,10 @@ class Http1Pool:
         """Close every connection, busy ones too (their calls fail with a connection error)."""
         self.closed = True
         self.generation += 1
-        while (fut := self._next_waiter()) is not None:
-            fut.set_exception(ProtocolError("connection pool closed"))
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_exception(ProtocolError("connection pool closed"))
         for conn in list(self._all):
             conn.abort()
         self._idle.clear()

@@ -12,7 +12,6 @@ import pytest
 
 from pykubelet.agent.status.generate import generate_api_status, rfc3339
 from pykubelet.agent.status.manager import StatusManager, status_equal
-from pykubelet.common import apiclient
 from tests.builders import NOW, POD_IP, container, exited, pod, pod_path, running, runtime_status, sandbox
 from tests.fakes import FakeApi
 
@@ -313,82 +312,6 @@ async def test_status_manager_writes_a_watched_pod_with_one_patch_and_many_pods_
     await sm.sync_all()
     assert len(api.patched) == 40 and gets == 0
     assert 1 < most <= 32
-
-
-async def test_a_status_write_starts_without_waiting_for_slower_writes_and_its_calls_go_first() -> None:
-    api = FakeApi()
-    slow, fast = pod(name="slow", uid="uid-slow", containers=["a"]), pod(name="fast", uid="uid-fast", containers=["a"])
-    for p in (slow, fast):
-        p["metadata"]["resourceVersion"] = "7"
-        api.put(pod_path(p), p)
-    gate = asyncio.Event()
-    first_mark: list[bool] = []
-    real_patch = api.patch
-
-    async def patch(path: str, body: Any, patch_type: str = "merge", params: Any = None) -> dict[str, Any]:
-        first_mark.append(apiclient._URGENT.get())  # what the real client's pool reads
-        if "/slow/" in path:
-            await gate.wait()
-        return await real_patch(path, body, patch_type, params)
-
-    api.patch = patch  # type: ignore[method-assign]
-    sm = StatusManager(api)
-    sm.start()
-    try:
-        sm.set_pod_status(slow, generate_api_status(slow, runtime_status(running("a"))))
-        async with asyncio.timeout(5):
-            while not first_mark:  # noqa: ASYNC110 - polling the API under test
-                await asyncio.sleep(0.01)
-        sm.set_pod_status(fast, generate_api_status(fast, runtime_status(running("a"))))
-        async with asyncio.timeout(5):
-            while not api.patched:  # noqa: ASYNC110 - polling the API under test
-                await asyncio.sleep(0.01)
-        assert [path for path, _ in api.patched] == [pod_path(fast) + "/status"]  # the slow write is still out
-        gate.set()
-        async with asyncio.timeout(5):
-            while len(api.patched) < 2:  # noqa: ASYNC110 - polling the API under test
-                await asyncio.sleep(0.01)
-        assert first_mark == [True, True]
-        assert not apiclient._URGENT.get()  # the mark stays with the status manager's own tasks
-    finally:
-        await sm.stop()
-
-
-async def test_a_status_that_changes_while_it_is_written_is_written_again_after_that_write() -> None:
-    p = pod(containers=["a"])
-    p["metadata"]["resourceVersion"] = "7"
-    api = api_with(p)
-    gate = asyncio.Event()
-    in_flight = most = 0
-    real_patch = api.patch
-
-    async def patch(path: str, body: Any, patch_type: str = "merge", params: Any = None) -> dict[str, Any]:
-        nonlocal in_flight, most
-        in_flight += 1
-        most = max(most, in_flight)
-        await gate.wait()
-        in_flight -= 1
-        return await real_patch(path, body, patch_type, params)
-
-    api.patch = patch  # type: ignore[method-assign]
-    sm = StatusManager(api)
-    sm.start()
-    try:
-        sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
-        async with asyncio.timeout(5):
-            while not in_flight:  # noqa: ASYNC110 - polling the API under test
-                await asyncio.sleep(0.01)
-        sm.set_pod_status(p, generate_api_status(p, runtime_status(exited("a", 1))))
-        await asyncio.sleep(0.05)
-        gate.set()
-        async with asyncio.timeout(5):
-            while len(api.patched) < 2:  # noqa: ASYNC110 - polling the API under test
-                await asyncio.sleep(0.01)
-        await sm.sync_all()
-        assert most == 1 and len(api.patched) == 2  # one write of the pod at a time, the newest last
-        assert api.objects[pod_path(p)]["status"]["containerStatuses"][0]["state"].get("terminated")
-    finally:
-        await sm.stop()
 
 
 async def test_status_manager_drops_the_status_of_a_pod_recreated_under_its_name() -> None:

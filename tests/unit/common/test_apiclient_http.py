@@ -142,40 +142,6 @@ async def test_the_connection_limit_holds_and_every_call_completes() -> None:
         await server.close()
 
 
-async def test_calls_of_a_task_that_goes_first_get_the_next_free_connection_before_the_waiting_calls() -> None:
-    order: list[str] = []
-    gate = asyncio.Event()
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        order.append(request.path)
-        if request.path == "/busy":
-            await gate.wait()
-        return web.json_response({"ok": True})
-
-    async def first(api: ApiClient, path: str) -> dict[str, object]:
-        apiclient.calls_go_first()
-        return await api.get(path)
-
-    server = await serve(handler)
-    try:
-        async with ApiClient(f"http://127.0.0.1:{server.port}", max_connections=1) as api:
-            busy = asyncio.create_task(api.get("/busy"))
-            async with asyncio.timeout(5):
-                while not order:  # noqa: ASYNC110 - waiting for the server to hold the only connection
-                    await asyncio.sleep(0.01)
-            calls = [asyncio.create_task(api.get(f"/plain/{i}")) for i in range(2)]
-            await asyncio.sleep(0.05)
-            calls += [asyncio.create_task(first(api, f"/first/{i}")) for i in range(2)]
-            calls.append(asyncio.create_task(api.get("/plain/2")))  # this task's calls did not change
-            await asyncio.sleep(0.05)
-            gate.set()
-            got = await asyncio.gather(busy, *calls)
-        assert got == [{"ok": True}] * 6
-        assert order == ["/busy", "/first/0", "/first/1", "/plain/0", "/plain/1", "/plain/2"]
-    finally:
-        await server.close()
-
-
 async def test_a_slow_server_times_out_and_the_next_call_still_works() -> None:
     calls = 0
 

@@ -2,17 +2,12 @@
 
 - ``set_pod_status(pod, status)`` caches the generated status; the version counter of the pod goes
   up only when the status actually changed, so identical statuses cause no API traffic.
-- a background loop writes pods whose cached version is newer than the last written one: a write
-  starts as soon as a status changes and one of ``MAX_CONCURRENT_WRITES`` slots is free (no batch
-  waits for its slowest write: at a 1,000-pod start ~850 Running statuses waited behind one batch
-  of 32). The writes' API calls go ahead of the other calls waiting for a connection
-  (``apiclient.calls_go_first``: they queued behind ~750 TokenRequests for up to 6 s). What the
-  API holds is known from the agent's own pod watch — ``reconcile(pod)`` (RECONCILE
+- a background loop syncs pods whose cached version is newer than the last written one (woken at
+  once). What the API holds is known from the agent's own pod watch — ``reconcile(pod)`` (RECONCILE
   updates: only the API status changed, e.g. the node-lifecycle controller marked the pod not ready)
   and the answer to each PATCH —, so a pod is rewritten when the watch shows a status that differs
-  from ours (upstream's ``needsReconcile``), never after a periodic GET of every pod; a write that
-  failed (e.g. while the API was down) is retried when the loop wakes next: at a status change of
-  any pod, or after ``reconcile_period``.
+  from ours (upstream's ``needsReconcile``), never after a periodic GET of every pod; every
+  ``reconcile_period`` the loop only retries the writes that failed (e.g. while the API was down).
 - writing: merge in conditions owned by others, never move a terminal phase back, then PATCH
   ``pods/<name>/status`` (merge patch carrying ``metadata.uid`` as precondition: a 409 means the pod
   was recreated under the same name, a 404 that it is gone; either way our entry is dropped). The
@@ -31,7 +26,6 @@ Works with ``api=None`` (statuses only cached).
 from __future__ import annotations
 
 import asyncio
-import collections
 import copy
 import logging
 import marshal
@@ -41,7 +35,7 @@ from pykubelet.agent.status.generate import KUBELET_CONDITIONS
 from pykubelet.agent.types import JSONObj, Pod
 from pykubelet.common import labels, podutil
 from pykubelet.common.aio import cancel_and_wait
-from pykubelet.common.apiclient import ApiClient, ApiError, calls_go_first
+from pykubelet.common.apiclient import ApiClient, ApiError
 
 log = logging.getLogger(__name__)
 
@@ -147,10 +141,6 @@ class StatusManager:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.patches = 0  # number of PATCH calls made (observability / tests)
-        # uids to write, oldest first (an ordered set); stale ones (written, forgotten) are skipped
-        self._pending: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._failed: dict[str, None] = {}  # writes to retry when the loop wakes next
-        self._writing: dict[str, asyncio.Task[None]] = {}  # uid -> its write (one per pod at a time)
 
     # -- cache -----------------------------------------------------------------------------
     def get_pod_status(self, uid: str) -> JSONObj | None:
@@ -186,7 +176,6 @@ class StatusManager:
                 return False
             e.status = status if handed_over else _copy(status)
             e.version += 1
-            self._pending[uid] = None
         else:
             e = self._entries[uid] = _Entry(
                 namespace=md.get("namespace", "default"), name=md.get("name", ""), uid=uid,
@@ -195,7 +184,6 @@ class StatusManager:
             )
             if not e.static and md.get("resourceVersion"):  # an API pod: its status as the watch saw it
                 e.observe(pod)
-            self._pending[uid] = None
         self._wake.set()
         return True
 
@@ -208,7 +196,6 @@ class StatusManager:
         e.observe(pod)
         if self._needs_reconcile(e):
             e.synced = 0
-            self._pending[uid] = None
             self._wake.set()
 
     @staticmethod
@@ -220,7 +207,6 @@ class StatusManager:
         if e is not None:
             e.terminated = True
             e.synced = 0
-            self._pending[uid] = None
             self._wake.set()
 
     def forget(self, uid: str) -> None:
@@ -232,7 +218,7 @@ class StatusManager:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="status-manager")
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task, *self._writing.values())
+        await cancel_and_wait(self._task)
         self._task = None
 
     async def _run(self) -> None:
@@ -243,51 +229,24 @@ class StatusManager:
             except TimeoutError:
                 pass  # retry what failed to write; what the API holds is compared in reconcile()
             self._wake.clear()
-            self._retry_failed()
-            self._dispatch()
+            await self.sync_all()
 
     async def sync_all(self) -> None:
-        """Write every status newer than the API's now (failed ones again) and return once no write
-        is in flight; the background loop does the same without waiting."""
-        self._retry_failed()
-        self._dispatch()
-        while self._writing:
-            await asyncio.wait(list(self._writing.values()))
+        pending = [e for e in self._entries.values() if e.synced < e.version]
+        if not pending:
+            return
+        limit = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
 
-    def _retry_failed(self) -> None:
-        if self._failed:
-            self._pending.update(self._failed)
-            self._failed.clear()
+        async def one(e: _Entry) -> None:
+            async with limit:
+                try:
+                    await self._sync(e)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as ex:
+                    log.warning("status update for pod %s/%s failed: %s", e.namespace, e.name, ex)
 
-    def _dispatch(self) -> None:
-        """Start a write for each pending pod, oldest first, while a slot is free. A pod being
-        written is not started twice: its write re-queues it if a newer version came meanwhile."""
-        pending, writing, entries = self._pending, self._writing, self._entries
-        while pending and len(writing) < MAX_CONCURRENT_WRITES:
-            uid, _ = pending.popitem(last=False)
-            e = entries.get(uid)
-            if e is None or e.synced >= e.version or uid in writing:
-                continue
-            writing[uid] = asyncio.get_running_loop().create_task(self._write(e), name=f"status-write-{uid}")
-
-    async def _write(self, e: _Entry) -> None:
-        calls_go_first()  # this task's API calls: see the module docstring
-        version = e.version
-        try:
-            await self._sync(e)
-        except asyncio.CancelledError:
-            raise
-        except Exception as ex:
-            log.warning("status update for pod %s/%s failed: %s", e.namespace, e.name, ex)
-        finally:
-            if self._writing.get(e.uid) is asyncio.current_task():
-                del self._writing[e.uid]
-        if self._entries.get(e.uid) is e and e.synced < e.version:
-            if e.version > version:
-                self._pending[e.uid] = None  # a newer status came while this one was written
-            else:
-                self._failed[e.uid] = None  # failed or not writable yet (no mirror pod): retried later
-        self._dispatch()
+        await asyncio.gather(*(one(e) for e in pending))
 
     def _drop(self, e: _Entry, why: str) -> None:
         log.info("pod %s/%s %s; dropping its status", e.namespace, e.name, why)
