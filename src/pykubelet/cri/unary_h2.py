@@ -12,8 +12,13 @@ stream here too means the agent never imports grpcio (~8.5 MB of RSS) unless ask
 
 What is kept from gRPC's semantics (RFC 9113 for HTTP/2; gRPC's PROTOCOL-HTTP2.md for the rest):
 
-* the deadline is sent as ``grpc-timeout`` and enforced locally by one loop timer per call (a
-  runtime that never answers gets DEADLINE_EXCEEDED "Deadline Exceeded", and the stream is reset);
+* a call made ``relaxed`` (the prober's ExecSync calls) accepts its answer up to 10 ms late in
+  exchange for fewer wake-ups of the loop: see ``_Connection._relaxed_pause``;
+* the deadline is sent as ``grpc-timeout`` and enforced locally by a loop timer (a runtime that
+  never answers gets DEADLINE_EXCEEDED "Deadline Exceeded", and the stream is reset). Calls whose
+  deadlines fall in the same millisecond share one timer (:class:`_Deadline`, at most 1 ms late):
+  the calls a prober slot starts together all have the same deadline, so they arm and cancel one
+  timer instead of one each;
 * a cancelled awaiting task resets the stream (RST_STREAM CANCEL), so the runtime sees the
   cancellation as with grpcio;
 * errors are :class:`pykubelet.cri.status.RpcError` (``code()``/``details()`` as grpc.aio's
@@ -69,6 +74,10 @@ _RST_REFUSED = 7
 # flight waits this long before the next read, if that write went out at most FAST_BATCH ago
 READ_COALESCE = 0.005
 FAST_BATCH = 0.010
+# Relaxed calls (see ``_Connection._relaxed_pause``): after a write of relaxed calls only, reading
+# pauses RELAXED_PAUSE at a time while calls of that write are in flight, until RELAXED_BUDGET after it
+RELAXED_PAUSE = 0.010
+RELAXED_BUDGET = 0.050
 
 # RST_STREAM error code -> gRPC status (PROTOCOL-HTTP2.md "Errors")
 _RST_CODES = {7: StatusCode.UNAVAILABLE, 8: StatusCode.CANCELLED, 11: StatusCode.RESOURCE_EXHAUSTED,
@@ -189,6 +198,29 @@ class _Sink:
             w.set_result(None)
 
 
+class _Deadline:
+    """The loop timer of the calls whose deadlines fall at ``when`` (see the module docstring):
+    armed by the first, cancelled when the last of them ends (``release``), fired otherwise."""
+
+    __slots__ = ("handle", "open", "streams", "table", "when")
+
+    def __init__(self, table: dict[float, _Deadline], when: float) -> None:
+        self.table = table
+        self.when = when
+        self.open = 0  # calls not ended yet
+        self.streams: list[_Stream] = []
+        self.handle: asyncio.TimerHandle | None = None
+
+    def release(self) -> None:
+        """One of the calls ended before its deadline."""
+        self.open -= 1
+        if not self.open:
+            if self.handle is not None:
+                self.handle.cancel()
+            if self.table.get(self.when) is self:
+                del self.table[self.when]
+
+
 class _Stream:
     """One call. ``fut`` settles with the unary response's message, or for a server-streaming call
     (``sink`` set) with ``b""`` at its clean end; either way with the call's error if it fails."""
@@ -203,7 +235,7 @@ class _Stream:
         self.http_status = ""
         self.send_window = send_window
         self.sink = sink
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: _Deadline | None = None  # its deadline's shared timer, until the call ends
         self.window_waiter: asyncio.Future[None] | None = None
 
 
@@ -230,6 +262,8 @@ class _Connection(asyncio.Protocol):
         self._batch_lo = self._batch_hi = 1
         self._batch_at = 0.0
         self._batch_answered = False  # a call of the last write finished: its siblings are due
+        self._strict = False  # a call that is not relaxed was opened since the last write
+        self._batch_relaxed = False  # the last write that opened streams opened relaxed ones only
         self._last_sid = 0  # stream of the last frame parsed by data_received
         self._resume: asyncio.TimerHandle | None = None  # reading paused until this timer fires
         # the peer's settings (defaults until its SETTINGS frame arrives)
@@ -239,6 +273,7 @@ class _Connection(asyncio.Protocol):
         self.send_window = _DEFAULT_WINDOW
         self._conn_window_waiters: list[asyncio.Future[None]] = []
         self._slot_waiters: list[asyncio.Future[None]] = []
+        self._deadlines: dict[float, _Deadline] = {}  # when (loop clock, whole ms) -> its timer
 
     @property
     def usable(self) -> bool:
@@ -273,13 +308,50 @@ class _Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         out, self._out = self._out, []
+        relaxed = False
         if self._next_id != self._flushed_id:  # this write opens streams: the batch to wait for
             self._batch_lo, self._batch_hi = self._flushed_id, self._next_id
             self._batch_answered = False
             self._flushed_id = self._next_id
             self._batch_at = (self._loop or asyncio.get_running_loop()).time()
+            relaxed = self._batch_relaxed = not self._strict
+            self._strict = False
+            if not relaxed and self._resume is not None:  # a call that may not wait: read at once
+                self._stop_resume_timer()
+                self._resume_reading()
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(out))
+            if relaxed:
+                self._relaxed_pause()
+
+    def _relaxed_pause(self) -> None:
+        """Read the answers to a write of relaxed calls together: pause reading ``RELAXED_PAUSE``
+        right after the write and again after each read while calls of that write are in flight,
+        until ``RELAXED_BUDGET`` after the write; then read as usual.
+
+        Why: the prober writes the ExecSync calls of its wake slot (~20 at 200 probes/s) in one
+        write and the runtime answers each on its own over several ms; read as they come, each
+        answer is a wake-up of the loop (~0.5 per probe with ``_after_read``'s single 5 ms pause),
+        and a wake-up costs more than the Python of a probe (docs/benchmarks-scale.md, "Probes:
+        the answers of a slot read together"). Paused, the kernel keeps the answers and one read
+        takes them all: one wake-up for the slot's answers when the runtime is quick. The cost is
+        up to ``RELAXED_PAUSE`` more latency for a relaxed call (a probe's duration, not its start
+        time, so no probe runs later) and for any other call answered while reading is paused;
+        a call that is not relaxed written meanwhile resumes reading at once. Never in the middle
+        of a frame (``_buf``) or of a response (the last frame read left its stream open)."""
+        loop = self._loop
+        transport = self.transport
+        if (self._resume is not None or self.closed or loop is None or transport is None
+                or transport.is_closing() or loop.time() - self._batch_at >= RELAXED_BUDGET
+                or self._buf or (self._last_sid and self._last_sid in self.streams)):
+            return
+        streams = self.streams
+        for sid in range(self._batch_lo, self._batch_hi, 2):
+            if sid in streams:
+                transport.pause_reading()
+                self._resume = loop.call_later(RELAXED_PAUSE, self._resume_reading)
+                return
+        self._batch_relaxed = False  # every call of the write answered
 
     def _close_transport(self) -> None:
         self._flush()
@@ -311,21 +383,31 @@ class _Connection(asyncio.Protocol):
         if not self.usable:
             raise _Retry
 
-    def _new_stream(self, loop: asyncio.AbstractEventLoop, seconds: float | None, sink: _Sink | None = None) -> _Stream:
+    def _new_stream(self, loop: asyncio.AbstractEventLoop, seconds: float | None, sink: _Sink | None = None,
+                    relaxed: bool = False) -> _Stream:
         """Register the next stream (its deadline timer armed); the caller sends its request."""
+        if not relaxed:
+            self._strict = True
         sid = self._next_id
         self._next_id += 2
         st = _Stream(sid, loop.create_future(), self._initial_window, sink)
         self.streams[sid] = st
         if seconds is not None:
-            st.timer = loop.call_at(loop.time() + seconds, self._expire, st)
+            when = math.ceil((loop.time() + seconds) * 1000.0) / 1000.0  # never early; <= 1 ms late
+            d = self._deadlines.get(when)
+            if d is None:
+                d = self._deadlines[when] = _Deadline(self._deadlines, when)
+                d.handle = loop.call_at(when, self._expire_due, d)
+            d.open += 1
+            d.streams.append(st)
+            st.timer = d
         return st
 
-    async def call(self, header_block: bytes, message: bytes, seconds: float | None) -> bytes:
+    async def call(self, header_block: bytes, message: bytes, seconds: float | None, relaxed: bool = False) -> bytes:
         loop = self._loop or asyncio.get_running_loop()
         if len(self.streams) >= self.max_concurrent or not self.usable:  # the hot path awaits nothing here
             await self._wait_for_slot(loop)
-        st = self._new_stream(loop, seconds)
+        st = self._new_stream(loop, seconds, None, relaxed)
         sid, fut = st.id, st.fut
         try:
             n = len(message)
@@ -344,7 +426,8 @@ class _Connection(asyncio.Protocol):
             raise
         finally:
             if st.timer is not None:
-                st.timer.cancel()
+                st.timer.release()
+                st.timer = None
 
     async def open_stream(self, header_block: bytes, message: bytes, seconds: float | None) -> _Stream:
         """Start a server-streaming call: its stream, with the request sent (or being sent).
@@ -393,6 +476,15 @@ class _Connection(asyncio.Protocol):
                 return
             view = view[n:]
 
+    def _expire_due(self, d: _Deadline) -> None:
+        """The deadline of the calls in ``d`` that have not ended: each gets DEADLINE_EXCEEDED."""
+        if self._deadlines.get(d.when) is d:
+            del self._deadlines[d.when]
+        d.handle = None
+        for st in d.streams:
+            if st.timer is d:
+                self._expire(st)
+
     def _expire(self, st: _Stream) -> None:
         st.timer = None
         if self.streams.pop(st.id, None) is not None:
@@ -421,7 +513,7 @@ class _Connection(asyncio.Protocol):
     @staticmethod
     def _settle(st: _Stream, result: bytes | BaseException) -> None:
         if st.timer is not None:
-            st.timer.cancel()
+            st.timer.release()
             st.timer = None
         if st.window_waiter is not None and not st.window_waiter.done():
             st.window_waiter.set_result(None)
@@ -465,7 +557,9 @@ class _Connection(asyncio.Protocol):
             del self._buf[:pos]
         elif pos < end:
             self._buf += buf[pos:]
-        if self._batch_answered:
+        if self._batch_relaxed:
+            self._relaxed_pause()
+        elif self._batch_answered:
             self._after_read()
 
     def _after_read(self) -> None:
@@ -801,13 +895,13 @@ class UnaryChannel:
         return conn
 
     async def call(self, prefix: bytes, request: bytes, seconds: float | None,
-                   parse: Callable[[bytes], Any] = bytes) -> Any:
+                   parse: Callable[[bytes], Any] = bytes, relaxed: bool = False) -> Any:
         """One unary call: ``parse`` of the response message's bytes.
 
         Per call this is on the path of every exec probe (200/s), so the usual case takes no
         detour: the grpc-timeout field of a deadline seen before comes from a small cache (the
         prober passes the same deadline every time), and a live connection is used without
-        awaiting ``_connection``."""
+        awaiting ``_connection``. ``relaxed``: see ``_Connection._relaxed_pause``."""
         if len(request) > self._max_send:
             raise rpc_error(StatusCode.RESOURCE_EXHAUSTED,
                             f"Sent message larger than max ({len(request)} vs. {self._max_send})")
@@ -820,14 +914,14 @@ class UnaryChannel:
         if conn is not None and conn.usable:
             first = 1
             try:
-                return parse(await conn.call(block, message, seconds))
+                return parse(await conn.call(block, message, seconds, relaxed))
             except _Retry:
                 pass
         for attempt in range(first, 3):
             conn = await self._connection()
             left = None if deadline is None else deadline - loop.time()
             try:
-                return parse(await conn.call(block, message, left))
+                return parse(await conn.call(block, message, left, relaxed))
             except _Retry:
                 if attempt == 2:
                     break
@@ -853,6 +947,16 @@ class UnaryMethod:
     def __call__(self, request: Message, *, timeout: float | None = None) -> Awaitable[Any]:
         # a plain function returning the channel's coroutine: one coroutine fewer per call
         return self._channel.call(self._prefix, request.SerializeToString(), timeout, self._parse)
+
+    def raw(self, request: bytes, *, timeout: float | None = None) -> Awaitable[Any]:
+        """The same call with the request already serialized (a caller that sends the same request
+        again and again keeps its bytes: ``CRIClient.exec_sync``)."""
+        return self._channel.call(self._prefix, request, timeout, self._parse)
+
+    def raw_relaxed(self, request: bytes, *, timeout: float | None = None) -> Awaitable[Any]:
+        """``raw`` as a relaxed call: its answer may be read up to 10 ms later, together with the
+        others of its write (``_Connection._relaxed_pause``)."""
+        return self._channel.call(self._prefix, request, timeout, self._parse, True)
 
 
 class StreamMethod:

@@ -179,3 +179,25 @@ def test_status_codes_have_grpcios_names_and_values() -> None:
         assert StatusCode.of(code) is StatusCode[code.name] is StatusCode.of(code.value[0])
     assert StatusCode.of(99) is StatusCode.UNKNOWN and StatusCode.NOT_FOUND.go_name == "NotFound"
     assert CRIError(grpc.StatusCode.ABORTED, "x").code is StatusCode.ABORTED
+
+
+async def test_exec_sync_sends_the_same_bytes_as_the_message_and_reuses_them() -> None:
+    cri = CRIClient("unix:///nonexistent/cri.sock")
+    cri._ensure_channel()
+    assert cri._h2 is not None
+    sent: list[tuple[bytes, float | None, bool]] = []
+
+    async def call(prefix: bytes, request: bytes, seconds: float | None, parse: Any = bytes,
+                   relaxed: bool = False) -> Any:
+        sent.append((request, seconds, relaxed))
+        return parse(pb.ExecSyncResponse(exit_code=3).SerializeToString())
+
+    cri._h2.call = call  # type: ignore[method-assign]
+    resp = await cri.exec_sync("c1", iter(["sh", "-c", "true"]), 2, deadline=12.0, relaxed=True)
+    again = await cri.exec_sync("c1", ["sh", "-c", "true"], 2, deadline=12.0, relaxed=True)
+    other = await cri.exec_sync("c2", ("ls",), 0)
+    assert resp.exit_code == 3 and again.exit_code == 3 and other.exit_code == 3
+    expected = pb.ExecSyncRequest(container_id="c1", cmd=["sh", "-c", "true"], timeout=2).SerializeToString()
+    assert sent[0] == (expected, 12.0, True) and sent[1][0] is sent[0][0]  # built once, reused
+    assert sent[2] == (pb.ExecSyncRequest(container_id="c2", cmd=["ls"]).SerializeToString(), None, False)
+    await cri.close()
