@@ -163,6 +163,62 @@ async def test_a_slow_server_times_out_and_the_next_call_still_works() -> None:
         await server.close()
 
 
+async def test_a_call_that_waits_for_a_connection_past_its_timeout_fails_and_the_pool_keeps_working() -> None:
+    seen: list[str] = []
+    gate = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.append(request.path)
+        if request.path == "/busy":
+            await gate.wait()
+        return web.json_response({"ok": True})
+
+    server = await serve(handler)
+    try:
+        async with ApiClient(f"http://127.0.0.1:{server.port}", max_connections=1) as api:
+            busy = asyncio.create_task(api.get("/busy"))
+            async with asyncio.timeout(5):
+                while not seen:  # noqa: ASYNC110 - waiting for the server to hold the only connection
+                    await asyncio.sleep(0.01)
+            with pytest.raises(ApiError) as err:
+                await api.request("GET", "/late", timeout=0.2)
+            assert (err.value.status, err.value.reason) == (0, "Timeout")
+            gate.set()
+            assert await busy == {"ok": True}
+            assert await asyncio.gather(*(api.get(f"/after/{i}") for i in range(3))) == [{"ok": True}] * 3
+        assert "/late" not in seen
+    finally:
+        await server.close()
+
+
+async def test_a_call_cancelled_while_it_waits_for_a_connection_ends_cancelled_when_the_pool_closes_meanwhile() -> None:
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.append(request.path)
+        await asyncio.sleep(5)
+        return web.json_response({"ok": True})
+
+    server = await serve(handler)
+    try:
+        pool = http1.Http1Pool("127.0.0.1", server.port, None, 1)
+        message = b"GET /%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        busy = asyncio.create_task(pool.request("GET", message % b"busy", None))
+        async with asyncio.timeout(5):
+            while not seen:  # noqa: ASYNC110 - waiting for the server to hold the only connection
+                await asyncio.sleep(0.01)
+        waiting = asyncio.create_task(pool.request("GET", message % b"waiting", None))
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        pool.close()  # drops the waiters, the cancelled one included, before its task runs again
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        with pytest.raises(OSError):
+            await busy
+    finally:
+        await server.close()
+
+
 async def test_a_cancelled_call_gives_its_connection_slot_back() -> None:
     gate = asyncio.Event()
 
