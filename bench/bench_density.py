@@ -97,6 +97,9 @@ async def sample(pids: dict[str, int], seconds: float) -> dict[str, Any]:
     for k, p in pids.items():
         out[k] = {"rss_mb": stats(rss[k]).__dict__,
                   "cpu_pct": 100.0 * (cpu_seconds(p) - cpu0[k]) / wall}
+    # the agent's RSS each second: whether the window's maximum is a start-up leftover that falls, a
+    # steady level, or a growth during the window (which the statistics alone do not tell apart)
+    out["agent"]["rss_mb_series"] = [round(v, 2) for v in rss["agent"]]
     threads1 = thread_cpu(pids["agent"])
     out["agent"]["threads_cpu_pct"] = {
         name: round(100.0 * (t - threads0.get(name, 0.0)) / wall, 3) for name, t in sorted(threads1.items())}

@@ -58,3 +58,19 @@ async def test_a_full_event_queue_drops_events_with_one_warning_per_interval(cap
     assert warnings == ["event queue full (1000 queued): dropped 1 event(s) since the last report, "
                         "the last Started Started container c1000"]
     assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 1010  # each event, at debug level
+
+
+async def test_events_written_to_the_api_are_not_also_kept_in_memory() -> None:
+    api = FakeApi()
+    rec = EventRecorder(api, host="node1")
+    p = pod("web", namespace="ns1", uid="uid-1")
+    for i in range(5):
+        rec.event(p, "Normal", "Started", f"Started container c{i}")
+    await rec.flush()
+    await rec.close()
+    assert [e["message"] for e in api.created] == [f"Started container c{i}" for i in range(5)]
+    assert not rec.recorded  # the Events are in the API; only a recorder without one keeps them
+
+    offline = EventRecorder(None, host="node1")
+    offline.event(p, "Normal", "Started", "Started container a")
+    assert offline.reasons_for("web") == ["Started"]
