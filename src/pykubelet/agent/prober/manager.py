@@ -121,6 +121,9 @@ class Worker:
         self.task: asyncio.Task[None] | None = None
         self.probes_run = 0
         self.last_run: float | None = None  # clock() when the last probe started (lateness metric)
+        # whether liveness/readiness must wait for a startup probe (the container's spec cannot
+        # change, and without a startupProbe there is no startup worker and no startup result)
+        self._gated = probe_type is not ProbeType.STARTUP and bool(container.get(ProbeType.STARTUP.spec_field))
         # labelled metric children, resolved once: labels() costs a lock and a dict lookup per call
         self._metrics: dict[str, Any] = {}
 
@@ -189,11 +192,10 @@ class Worker:
             return True
         if self.initial_delay and started_at is not None and int(m.wall_clock() - started_at) < self.initial_delay:
             return True
-        started = m.startup(self.uid, self.name) is Result.SUCCESS
         if self.probe_type is ProbeType.STARTUP:
-            if started:
+            if m.startup(self.uid, self.name) is Result.SUCCESS:
                 return True
-        elif not started:
+        elif self._gated and m.startup(self.uid, self.name) is not Result.SUCCESS:
             return True
 
         self.probes_run += 1

@@ -39,7 +39,7 @@ import errno
 import logging
 import re
 import ssl
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import aiohttp
@@ -400,13 +400,20 @@ class Prober:
         assert err is not None
         raise err
 
-    async def run_once(
+    def run_once(
         self, probe: Mapping[str, Any], container: Mapping[str, Any], container_id: str, pod_ip: str
-    ) -> tuple[Outcome, str]:
-        timeout = float(probe.get("timeoutSeconds") or 1)
+    ) -> Awaitable[tuple[Outcome, str]]:
+        """One attempt (awaitable). An exec probe is ``probe_exec``'s coroutine itself: no
+        coroutine of its own around it, one level fewer to resume per probe."""
         if probe.get("exec") is not None:
+            timeout = float(probe.get("timeoutSeconds") or 1)
             cmd = expand_static(probe["exec"].get("command") or [], container.get("env"))
-            return await probe_exec(self.runtime, container_id, cmd, timeout)
+            return probe_exec(self.runtime, container_id, cmd, timeout)
+        return self._run_other(probe, container, pod_ip)
+
+    async def _run_other(self, probe: Mapping[str, Any], container: Mapping[str, Any], pod_ip: str,
+                         ) -> tuple[Outcome, str]:
+        timeout = float(probe.get("timeoutSeconds") or 1)
         if probe.get("httpGet") is not None:
             return await probe_http(self.session(), probe["httpGet"], container, pod_ip, timeout)
         if probe.get("tcpSocket") is not None:

@@ -33,6 +33,10 @@ class ProbeType(enum.Enum):
     READINESS = "Readiness"
     STARTUP = "Startup"
 
+    # members are singletons: hashed by identity, in C (Enum's own __hash__ is a Python call, and
+    # the prober hashes a ProbeType a few times per probe: result tables, worker keys)
+    __hash__ = object.__hash__
+
     @property
     def spec_field(self) -> str:
         return {"Liveness": "livenessProbe", "Readiness": "readinessProbe", "Startup": "startupProbe"}[self.value]
