@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pykubelet.agent.volumemanager.mounter import MountPoint
-from pykubelet.agent.volumemanager.objects import ObjectSource, TokenManager
+from pykubelet.agent.volumemanager.objects import ObjectSource, TokenManager, parse_rfc3339
 from pykubelet.agent.volumemanager.plugins import find_plugin
 from pykubelet.agent.volumemanager.plugins.base import PodContext, side_by_side
 from pykubelet.agent.volumemanager.types import Medium, MountedVolume, MountError, PluginName
@@ -506,3 +506,60 @@ def test_unsupported_or_ambiguous_volume_types_are_never_ignored(volume: JSON, m
 
 def test_a_volume_without_a_source_is_an_empty_dir() -> None:
     assert find_plugin({"name": "x"}).name is PluginName.EMPTY_DIR
+
+
+@pytest.mark.parametrize(("ts", "epoch"), [
+    ("2030-01-01T00:00:00Z", 1_893_456_000.0),  # the API server's form
+    ("2030-01-01T01:00:00+01:00", 1_893_456_000.0),
+    ("2030-01-01T00:00:00.25Z", 1_893_456_000.25),
+    (" 2030-01-01T00:00:00Z ", 1_893_456_000.0),
+    ("2016-12-31T23:59:60Z", 1_483_228_800.0),  # a leap second: strptime's reading (the next minute)
+])
+def test_token_expiration_timestamps_are_read_in_every_rfc3339_form(ts: str, epoch: float) -> None:
+    assert parse_rfc3339(ts) == epoch
+
+
+@pytest.mark.parametrize("ts", ["2030-13-01T00:00:00Z", "2030-02-30T00:00:00Z", "soon"])
+def test_an_impossible_token_expiration_timestamp_is_refused(ts: str) -> None:
+    with pytest.raises(ValueError):
+        parse_rfc3339(ts)
+
+
+class CountingMounter(RecordingMounter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mounts = 0
+
+    def mount_tmpfs(self, target: str, size: int | None) -> None:
+        self.mounts += 1
+        super().mount_tmpfs(target, size)
+
+
+async def test_a_projected_volume_is_a_world_writable_tmpfs_mounted_once(tmp_path: Path) -> None:
+    api, _ = token_api()
+    mounter = CountingMounter()
+    vol = {"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+    old = os.umask(0o022)
+    try:
+        mv = await setup(ctx_for(tmp_path, pod(), api, mounter=mounter), vol)
+        assert mounter.mounts == 1 and os.stat(mv.host_path).st_mode & 0o7777 == 0o777
+        # set up from scratch again (an agent restart): the directory is there and mounted
+        mv = await setup(ctx_for(tmp_path, pod(), api, mounter=mounter), vol)
+        assert mounter.mounts == 1 and visible(Path(mv.host_path)) == {"token": b"token-2"}
+        # its tmpfs gone meanwhile: mounted again on the directory that is still there
+        mounter.unmount(mv.host_path)
+        mv = await setup(ctx_for(tmp_path, pod(), api, mounter=mounter), vol)
+        assert mounter.mounts == 2 and real(mv.host_path) in mounter.mounted
+    finally:
+        os.umask(old)
+
+
+async def test_a_file_in_place_of_a_projected_volume_directory_fails_its_setup(tmp_path: Path) -> None:
+    api, _ = token_api()
+    vdir = tmp_path / "pods/uid-p/volumes/kubernetes.io~projected"
+    vdir.mkdir(parents=True)
+    (vdir / "t").write_text("")
+    vol = {"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+    with pytest.raises(MountError) as e:
+        await setup(ctx_for(tmp_path, pod(), api), vol)
+    assert e.value.message == f"writing volume content: [Errno 17] File exists: '{vdir / 't'}'"

@@ -13,8 +13,13 @@ Kept from ``to_thread``: the call runs in another thread; its result, or any exc
 (as ``concurrent.futures`` passes them on), is the awaiter's; an awaiter that is cancelled leaves the
 call running and its result is dropped. Different: the calls run one at a time, in the order they
 were made. So this is only for calls of a few syscalls on local directories (``mkdir``, a symlink, a
-small file), never for one that can block for long (mounts, a subprocess, the network, big writes),
-which keep ``to_thread``.
+small file), never for one that can block for long (a subprocess, the network, big writes, a mount
+of anything but tmpfs), which keep ``to_thread``.
+
+Each ``FileWorker`` is its own thread and queue: the agent's (``run``) for the pod directories,
+``/etc/hosts`` and log links; the volume manager has one for the content of its configMap, secret,
+downwardAPI and projected volumes (a directory, a tmpfs ``mount(2)`` of 15-40 µs, the atomic writer's
+small files), so a slow volume never holds up a pod's directories.
 """
 
 from __future__ import annotations

@@ -17,6 +17,12 @@ bytes) nothing is written: the refresh of an unchanged ConfigMap costs a few rea
 Paths are checked like upstream's ``validatePath`` (relative, no ``..`` element, not starting with
 ``..``, at most 4096 characters and 255 per element) and a bad one fails the whole write with
 upstream's message. Blocking: run it off the event loop.
+
+The calls are few (a pod start writes one such volume per pod, ~1,000 in a burst): a first write of
+three files into an empty directory is 20 syscalls (the ``..data`` probe, the new directory and its
+mode, open/write/fchmod/close per file, one link per file, the temporary link and its rename), on
+``str`` paths. A link that already exists is found by ``symlink(2)`` failing with EEXIST, not by a
+``lstat`` and a ``stat`` first, and a payload directory is made only for a nested path.
 """
 
 from __future__ import annotations
@@ -91,20 +97,31 @@ def _same(old: tuple[bytes, int, int], new: FileProjection) -> bool:
     return old[0] == new.data
 
 
-def _new_ts_dir(target: Path) -> Path:
+def _new_ts_dir(target: str) -> str:
+    """Make the next timestamped data directory in ``target``; its name (not its path)."""
     stamp = time.strftime("..%Y_%m_%d_%H_%M_%S.", time.gmtime())
     for _ in range(100):
-        d = target / f"{stamp}{random.randrange(10**9, 10**10)}"
+        name = f"{stamp}{random.randrange(10**9, 10**10)}"
+        d = os.path.join(target, name)
         try:
-            d.mkdir(mode=0o755)
+            os.mkdir(d, 0o755)
         except FileExistsError:
             continue
         os.chmod(d, 0o755)
-        return d
+        return name
     raise AtomicWriteError(f"cannot create a new data directory in {target}")
 
 
-def write(target: Path, payload: dict[str, FileProjection]) -> bool:
+def _old_data_dir(target: str) -> str | None:
+    """The directory ``..data`` points to, if it is a link to a directory."""
+    try:
+        old = os.path.join(target, os.readlink(os.path.join(target, DATA_DIR)))
+    except OSError:  # no link (or not a link, or no target directory yet)
+        return None
+    return old if os.path.isdir(old) else None
+
+
+def write(target: Path | str, payload: dict[str, FileProjection]) -> bool:
     """Make ``target`` show exactly ``payload``; returns False when it already did (nothing written)."""
     cleaned: dict[str, FileProjection] = {}
     for path, proj in payload.items():
@@ -112,23 +129,31 @@ def write(target: Path, payload: dict[str, FileProjection]) -> bool:
         if not 0 <= proj.mode <= 0o777:
             raise AtomicWriteError(f"invalid mode {proj.mode:#o} for {path}: must be between 0 and 0777")
         cleaned[_clean(path)] = proj
-    target.mkdir(parents=True, exist_ok=True)
-    data_link = target / DATA_DIR
-    old_ts: Path | None = None
-    if data_link.is_symlink():
-        old_ts = target / os.readlink(data_link)
-        if not old_ts.is_dir():
-            old_ts = None
-    old_files = _current_files(old_ts) if old_ts is not None else {}
+    t = os.fspath(target)
+    old_ts = _old_data_dir(t)
+    old_files = _current_files(Path(old_ts)) if old_ts is not None else {}
     if old_ts is not None and set(old_files) == set(cleaned) and all(_same(old_files[p], proj)
                                                                     for p, proj in cleaned.items()):
-        _ensure_visible(target, cleaned)
+        _ensure_visible(t, cleaned)
         return False
-    ts = _new_ts_dir(target)
+    if old_ts is None:  # maybe no target yet: made when the new directory cannot be
+        try:
+            ts_name = _new_ts_dir(t)
+        except (FileNotFoundError, NotADirectoryError):
+            os.makedirs(t, exist_ok=True)  # raises FileExistsError for a file in its place, as before
+            ts_name = _new_ts_dir(t)
+    else:
+        ts_name = _new_ts_dir(t)
+    ts = os.path.join(t, ts_name)
     try:
+        made: set[str] = set()
         for path, proj in cleaned.items():
-            full = ts / path
-            full.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            full = f"{ts}/{path}"
+            if "/" in path:
+                parent = os.path.dirname(full)
+                if parent not in made:
+                    os.makedirs(parent, mode=0o755, exist_ok=True)
+                    made.add(parent)
             fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, proj.mode)
             try:
                 os.write(fd, proj.data)
@@ -140,25 +165,30 @@ def write(target: Path, payload: dict[str, FileProjection]) -> bool:
     except OSError:
         shutil.rmtree(ts, ignore_errors=True)
         raise
-    _ensure_visible(target, cleaned)
-    tmp = target / DATA_DIR_TMP
-    if tmp.is_symlink() or tmp.exists():
-        tmp.unlink()
-    os.symlink(ts.name, tmp)
-    os.rename(tmp, data_link)
-    new_top = {p.split("/", 1)[0] for p in cleaned}
-    for old in {p.split("/", 1)[0] for p in old_files} - new_top:
-        link = target / old
-        if link.is_symlink():
-            link.unlink()
+    _ensure_visible(t, cleaned)
+    tmp = os.path.join(t, DATA_DIR_TMP)
+    try:
+        os.symlink(ts_name, tmp)
+    except FileExistsError:  # left by an interrupted write
+        os.unlink(tmp)
+        os.symlink(ts_name, tmp)
+    os.rename(tmp, os.path.join(t, DATA_DIR))
+    if old_files:
+        new_top = {p.split("/", 1)[0] for p in cleaned}
+        for old in {p.split("/", 1)[0] for p in old_files} - new_top:
+            link = os.path.join(t, old)
+            if os.path.islink(link):
+                os.unlink(link)
     if old_ts is not None and old_ts != ts:
         shutil.rmtree(old_ts, ignore_errors=True)
     return True
 
 
-def _ensure_visible(target: Path, payload: dict[str, FileProjection]) -> None:
-    """``<target>/<top>`` → ``..data/<top>`` for every top-level path of the payload."""
+def _ensure_visible(target: str, payload: dict[str, FileProjection]) -> None:
+    """``<target>/<top>`` → ``..data/<top>`` for every top-level path of the payload (kept as it is
+    when anything has that name already, a dangling link included)."""
     for top in {p.split("/", 1)[0] for p in payload}:
-        link = target / top
-        if not link.is_symlink() and not link.exists():
-            os.symlink(f"{DATA_DIR}/{top}", link)
+        try:
+            os.symlink(f"{DATA_DIR}/{top}", os.path.join(target, top))
+        except FileExistsError:
+            pass

@@ -154,7 +154,8 @@ class SystemMounter:
         raise OSError(err, f"umount {target}: {os.strerror(err)}")
 
     def is_mount_point(self, path: str) -> bool:
-        return os.path.realpath(path) in self._plain or os.path.ismount(path)
+        # realpath walks every component with lstat: only when there are stand-ins to look up
+        return (bool(self._plain) and os.path.realpath(path) in self._plain) or os.path.ismount(path)
 
     def mount_points(self) -> list[MountPoint]:
         points = read_mountinfo(self.mountinfo)

@@ -35,9 +35,11 @@ when the earliest token it holds must be requested again.
 from __future__ import annotations
 
 import calendar
+import datetime as dt
 import enum
 import logging
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -205,8 +207,22 @@ def not_found(kind: str, name: str) -> str:
 # ------------------------------------------------------------------------------------- tokens
 
 
+_CANONICAL_UTC = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)Z")
+
+
 def parse_rfc3339(ts: str) -> float:
-    """``2024-05-01T12:00:00Z`` (fractions and offsets tolerated) → epoch seconds."""
+    """``2024-05-01T12:00:00Z`` (fractions and offsets tolerated) → epoch seconds.
+
+    The API server's own form (whole seconds, ``Z``: every TokenRequest answer) without
+    ``time.strptime`` (~10 µs per call); anything else, or a value ``datetime`` refuses (a leap
+    second, which ``strptime`` takes), goes the general way."""
+    m = _CANONICAL_UTC.fullmatch(ts)
+    if m is not None:
+        try:
+            y, mo, d, h, mi, sec = (int(g) for g in m.groups())
+            return dt.datetime(y, mo, d, h, mi, sec, tzinfo=dt.UTC).timestamp()
+        except ValueError:
+            pass
     base = ts.strip()
     offset = 0
     if base.endswith("Z"):

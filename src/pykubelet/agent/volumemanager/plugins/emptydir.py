@@ -73,8 +73,8 @@ class EmptyDirPlugin:
             if ready.exists() and path.is_dir():
                 if medium is Medium.DISK or ctx.mounter.is_mount_point(str(path)):
                     return
-            setup_dir(path)
-            if medium is Medium.MEMORY and not ctx.mounter.is_mount_point(str(path)):
+            made = setup_dir(path)
+            if medium is Medium.MEMORY and (made or not ctx.mounter.is_mount_point(str(path))):
                 try:
                     ctx.mounter.mount_tmpfs(str(path), size)
                 except OSError as e:
