@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 from pykubelet.agent.kuberuntime import etchosts
 from tests.builders import container, pod
@@ -47,3 +50,26 @@ def test_not_mounted_without_ip_or_over_a_user_mount() -> None:
     assert etchosts.needs_hosts_mount(container("c"), [], host_network=True)  # the node's file, IP or not
     own = container("c", volumeMounts=[{"name": "h", "mountPath": "/etc/hosts"}])
     assert not etchosts.needs_hosts_mount(own, ["198.18.0.5"])
+
+
+def test_the_file_is_0644_whatever_the_umask_and_no_temporary_file_is_left(tmp_path: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        path = etchosts.ensure_hosts_file(str(tmp_path), pod("web"), ["198.18.0.5"], "cluster.local")
+    finally:
+        os.umask(old)
+    assert os.stat(path).st_mode & 0o777 == 0o644
+    assert sorted(os.listdir(tmp_path)) == ["etc-hosts"]
+
+
+def test_a_missing_pod_directory_is_made_for_the_file(tmp_path: Path) -> None:
+    pod_dir = tmp_path / "pods" / "uid-1"
+    path = etchosts.ensure_hosts_file(str(pod_dir), pod("web"), ["198.18.0.5"], "cluster.local")
+    assert path == str(pod_dir / "etc-hosts")
+    assert "198.18.0.5\tweb\n" in Path(path).read_text()
+
+
+def test_a_file_in_place_of_the_pod_directory_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "pod").write_text("")
+    with pytest.raises(FileExistsError):
+        etchosts.ensure_hosts_file(str(tmp_path / "pod"), pod("web"), ["198.18.0.5"], "cluster.local")

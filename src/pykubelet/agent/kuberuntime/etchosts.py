@@ -126,14 +126,30 @@ def needs_hosts_mount(container: JSON, pod_ips: list[str], *, host_network: bool
 
 def ensure_hosts_file(pod_dir: str, pod: JSON, pod_ips: list[str], cluster_domain: str,
                       node_hosts_file: str = ETC_HOSTS_PATH) -> str:
-    """Write ``<pod_dir>/etc-hosts`` unless it exists (blocking I/O); returns its path."""
+    """Write ``<pod_dir>/etc-hosts`` unless it exists (blocking I/O); returns its path.
+
+    Whole or not at all: written to ``etc-hosts.tmp`` (mode 0644 whatever the umask) and renamed
+    into place, so an agent stopped halfway never leaves a partial file behind that would be kept.
+    The pod directory is made only when the file cannot be created without it (a pod start makes
+    the directory first): the usual case is a ``stat``, ``open``, ``write``, ``fchmod``, ``close`` and
+    ``rename``, without a text-mode file object."""
     path = os.path.join(pod_dir, HOSTS_FILE_NAME)
     if os.path.exists(path):
         return path
-    os.makedirs(pod_dir, exist_ok=True)
+    data = hosts_content(pod, pod_ips, cluster_domain, node_hosts_file).encode()
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(hosts_content(pod, pod_ips, cluster_domain, node_hosts_file))
-    os.chmod(tmp, 0o644)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    try:
+        fd = os.open(tmp, flags, 0o644)
+    except (FileNotFoundError, NotADirectoryError):  # makedirs raises what it raised before for a file there
+        os.makedirs(pod_dir, exist_ok=True)
+        fd = os.open(tmp, flags, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, 0o644)
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
     return path
