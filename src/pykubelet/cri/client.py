@@ -486,8 +486,7 @@ class CRIClient:
         )
 
     async def exec_sync(
-        self, container_id: str, cmd: Iterable[str], timeout: int = 0, *, deadline: float | None = None,  # noqa: ASYNC109
-        relaxed: bool = False,
+        self, container_id: str, cmd: Iterable[str], timeout: int = 0, *, deadline: float | None = None  # noqa: ASYNC109
     ) -> pb.ExecSyncResponse:
         """Run ``cmd`` in the container; ``timeout`` seconds, 0 = no timeout (as upstream).
 
@@ -498,11 +497,7 @@ class CRIClient:
         An exec probe sends the same request every period, and building the message costs more
         than the rest of the call's Python (~5 µs of ~10 on this machine), so over the h2
         transport the serialized request is kept per (container id, command, timeout), the
-        same bytes the message would serialize to.
-
-        ``relaxed``: the answer may be read up to 10 ms late, together with those of the other
-        calls written with it, for fewer wake-ups of the loop (the prober's calls; h2 transport,
-        ``pykubelet.cri.unary_h2``)."""
+        same bytes the message would serialize to."""
         t = int(timeout)
         seconds = deadline if deadline is not None else ((self.timeout + t) if t else None)
         method: Any = self.rt.ExecSync
@@ -515,8 +510,7 @@ class CRIClient:
                     self._exec_requests.clear()
                 raw = self._exec_requests[key] = pb.ExecSyncRequest(
                     container_id=container_id, cmd=argv, timeout=t).SerializeToString()
-            resp: pb.ExecSyncResponse = await self._unary(
-                "exec_sync", method.raw_relaxed if relaxed else method.raw, raw, deadline=seconds)
+            resp: pb.ExecSyncResponse = await self._unary("exec_sync", method.raw, raw, deadline=seconds)
             return resp
         resp = await self._unary(
             "exec_sync", method, pb.ExecSyncRequest(container_id=container_id, cmd=list(cmd), timeout=t),

@@ -12,8 +12,6 @@ stream here too means the agent never imports grpcio (~8.5 MB of RSS) unless ask
 
 What is kept from gRPC's semantics (RFC 9113 for HTTP/2; gRPC's PROTOCOL-HTTP2.md for the rest):
 
-* a call made ``relaxed`` (the prober's ExecSync calls) accepts its answer up to 10 ms late in
-  exchange for fewer wake-ups of the loop: see ``_Connection._relaxed_pause``;
 * the deadline is sent as ``grpc-timeout`` and enforced locally by a loop timer (a runtime that
   never answers gets DEADLINE_EXCEEDED "Deadline Exceeded", and the stream is reset). Calls whose
   deadlines fall in the same millisecond share one timer (:class:`_Deadline`, at most 1 ms late):
@@ -74,10 +72,6 @@ _RST_REFUSED = 7
 # flight waits this long before the next read, if that write went out at most FAST_BATCH ago
 READ_COALESCE = 0.005
 FAST_BATCH = 0.010
-# Relaxed calls (see ``_Connection._relaxed_pause``): after a write of relaxed calls only, reading
-# pauses RELAXED_PAUSE at a time while calls of that write are in flight, until RELAXED_BUDGET after it
-RELAXED_PAUSE = 0.010
-RELAXED_BUDGET = 0.050
 
 # RST_STREAM error code -> gRPC status (PROTOCOL-HTTP2.md "Errors")
 _RST_CODES = {7: StatusCode.UNAVAILABLE, 8: StatusCode.CANCELLED, 11: StatusCode.RESOURCE_EXHAUSTED,
@@ -262,8 +256,6 @@ class _Connection(asyncio.Protocol):
         self._batch_lo = self._batch_hi = 1
         self._batch_at = 0.0
         self._batch_answered = False  # a call of the last write finished: its siblings are due
-        self._strict = False  # a call that is not relaxed was opened since the last write
-        self._batch_relaxed = False  # the last write that opened streams opened relaxed ones only
         self._last_sid = 0  # stream of the last frame parsed by data_received
         self._resume: asyncio.TimerHandle | None = None  # reading paused until this timer fires
         # the peer's settings (defaults until its SETTINGS frame arrives)
@@ -308,50 +300,13 @@ class _Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         out, self._out = self._out, []
-        relaxed = False
         if self._next_id != self._flushed_id:  # this write opens streams: the batch to wait for
             self._batch_lo, self._batch_hi = self._flushed_id, self._next_id
             self._batch_answered = False
             self._flushed_id = self._next_id
             self._batch_at = (self._loop or asyncio.get_running_loop()).time()
-            relaxed = self._batch_relaxed = not self._strict
-            self._strict = False
-            if not relaxed and self._resume is not None:  # a call that may not wait: read at once
-                self._stop_resume_timer()
-                self._resume_reading()
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(out))
-            if relaxed:
-                self._relaxed_pause()
-
-    def _relaxed_pause(self) -> None:
-        """Read the answers to a write of relaxed calls together: pause reading ``RELAXED_PAUSE``
-        right after the write and again after each read while calls of that write are in flight,
-        until ``RELAXED_BUDGET`` after the write; then read as usual.
-
-        Why: the prober writes the ExecSync calls of its wake slot (~20 at 200 probes/s) in one
-        write and the runtime answers each on its own over several ms; read as they come, each
-        answer is a wake-up of the loop (~0.5 per probe with ``_after_read``'s single 5 ms pause),
-        and a wake-up costs more than the Python of a probe (docs/benchmarks-scale.md, "Probes:
-        the answers of a slot read together"). Paused, the kernel keeps the answers and one read
-        takes them all: one wake-up for the slot's answers when the runtime is quick. The cost is
-        up to ``RELAXED_PAUSE`` more latency for a relaxed call (a probe's duration, not its start
-        time, so no probe runs later) and for any other call answered while reading is paused;
-        a call that is not relaxed written meanwhile resumes reading at once. Never in the middle
-        of a frame (``_buf``) or of a response (the last frame read left its stream open)."""
-        loop = self._loop
-        transport = self.transport
-        if (self._resume is not None or self.closed or loop is None or transport is None
-                or transport.is_closing() or loop.time() - self._batch_at >= RELAXED_BUDGET
-                or self._buf or (self._last_sid and self._last_sid in self.streams)):
-            return
-        streams = self.streams
-        for sid in range(self._batch_lo, self._batch_hi, 2):
-            if sid in streams:
-                transport.pause_reading()
-                self._resume = loop.call_later(RELAXED_PAUSE, self._resume_reading)
-                return
-        self._batch_relaxed = False  # every call of the write answered
 
     def _close_transport(self) -> None:
         self._flush()
@@ -383,11 +338,8 @@ class _Connection(asyncio.Protocol):
         if not self.usable:
             raise _Retry
 
-    def _new_stream(self, loop: asyncio.AbstractEventLoop, seconds: float | None, sink: _Sink | None = None,
-                    relaxed: bool = False) -> _Stream:
+    def _new_stream(self, loop: asyncio.AbstractEventLoop, seconds: float | None, sink: _Sink | None = None) -> _Stream:
         """Register the next stream (its deadline timer armed); the caller sends its request."""
-        if not relaxed:
-            self._strict = True
         sid = self._next_id
         self._next_id += 2
         st = _Stream(sid, loop.create_future(), self._initial_window, sink)
@@ -403,11 +355,11 @@ class _Connection(asyncio.Protocol):
             st.timer = d
         return st
 
-    async def call(self, header_block: bytes, message: bytes, seconds: float | None, relaxed: bool = False) -> bytes:
+    async def call(self, header_block: bytes, message: bytes, seconds: float | None) -> bytes:
         loop = self._loop or asyncio.get_running_loop()
         if len(self.streams) >= self.max_concurrent or not self.usable:  # the hot path awaits nothing here
             await self._wait_for_slot(loop)
-        st = self._new_stream(loop, seconds, None, relaxed)
+        st = self._new_stream(loop, seconds)
         sid, fut = st.id, st.fut
         try:
             n = len(message)
@@ -557,9 +509,7 @@ class _Connection(asyncio.Protocol):
             del self._buf[:pos]
         elif pos < end:
             self._buf += buf[pos:]
-        if self._batch_relaxed:
-            self._relaxed_pause()
-        elif self._batch_answered:
+        if self._batch_answered:
             self._after_read()
 
     def _after_read(self) -> None:
@@ -895,13 +845,13 @@ class UnaryChannel:
         return conn
 
     async def call(self, prefix: bytes, request: bytes, seconds: float | None,
-                   parse: Callable[[bytes], Any] = bytes, relaxed: bool = False) -> Any:
+                   parse: Callable[[bytes], Any] = bytes) -> Any:
         """One unary call: ``parse`` of the response message's bytes.
 
         Per call this is on the path of every exec probe (200/s), so the usual case takes no
         detour: the grpc-timeout field of a deadline seen before comes from a small cache (the
         prober passes the same deadline every time), and a live connection is used without
-        awaiting ``_connection``. ``relaxed``: see ``_Connection._relaxed_pause``."""
+        awaiting ``_connection``."""
         if len(request) > self._max_send:
             raise rpc_error(StatusCode.RESOURCE_EXHAUSTED,
                             f"Sent message larger than max ({len(request)} vs. {self._max_send})")
@@ -914,14 +864,14 @@ class UnaryChannel:
         if conn is not None and conn.usable:
             first = 1
             try:
-                return parse(await conn.call(block, message, seconds, relaxed))
+                return parse(await conn.call(block, message, seconds))
             except _Retry:
                 pass
         for attempt in range(first, 3):
             conn = await self._connection()
             left = None if deadline is None else deadline - loop.time()
             try:
-                return parse(await conn.call(block, message, left, relaxed))
+                return parse(await conn.call(block, message, left))
             except _Retry:
                 if attempt == 2:
                     break
@@ -952,11 +902,6 @@ class UnaryMethod:
         """The same call with the request already serialized (a caller that sends the same request
         again and again keeps its bytes: ``CRIClient.exec_sync``)."""
         return self._channel.call(self._prefix, request, timeout, self._parse)
-
-    def raw_relaxed(self, request: bytes, *, timeout: float | None = None) -> Awaitable[Any]:
-        """``raw`` as a relaxed call: its answer may be read up to 10 ms later, together with the
-        others of its write (``_Connection._relaxed_pause``)."""
-        return self._channel.call(self._prefix, request, timeout, self._parse, True)
 
 
 class StreamMethod:

@@ -185,19 +185,18 @@ async def test_exec_sync_sends_the_same_bytes_as_the_message_and_reuses_them() -
     cri = CRIClient("unix:///nonexistent/cri.sock")
     cri._ensure_channel()
     assert cri._h2 is not None
-    sent: list[tuple[bytes, float | None, bool]] = []
+    sent: list[tuple[bytes, float | None]] = []
 
-    async def call(prefix: bytes, request: bytes, seconds: float | None, parse: Any = bytes,
-                   relaxed: bool = False) -> Any:
-        sent.append((request, seconds, relaxed))
+    async def call(prefix: bytes, request: bytes, seconds: float | None, parse: Any = bytes) -> Any:
+        sent.append((request, seconds))
         return parse(pb.ExecSyncResponse(exit_code=3).SerializeToString())
 
     cri._h2.call = call  # type: ignore[method-assign]
-    resp = await cri.exec_sync("c1", iter(["sh", "-c", "true"]), 2, deadline=12.0, relaxed=True)
-    again = await cri.exec_sync("c1", ["sh", "-c", "true"], 2, deadline=12.0, relaxed=True)
+    resp = await cri.exec_sync("c1", iter(["sh", "-c", "true"]), 2, deadline=12.0)
+    again = await cri.exec_sync("c1", ["sh", "-c", "true"], 2, deadline=12.0)
     other = await cri.exec_sync("c2", ("ls",), 0)
     assert resp.exit_code == 3 and again.exit_code == 3 and other.exit_code == 3
     expected = pb.ExecSyncRequest(container_id="c1", cmd=["sh", "-c", "true"], timeout=2).SerializeToString()
-    assert sent[0] == (expected, 12.0, True) and sent[1][0] is sent[0][0]  # built once, reused
-    assert sent[2] == (pb.ExecSyncRequest(container_id="c2", cmd=["ls"]).SerializeToString(), None, False)
+    assert sent[0] == (expected, 12.0) and sent[1][0] is sent[0][0]  # built once, reused
+    assert sent[2] == (pb.ExecSyncRequest(container_id="c2", cmd=["ls"]).SerializeToString(), None)
     await cri.close()

@@ -200,65 +200,6 @@ async def test_a_slow_batch_or_a_closed_connection_does_not_wait(monkeypatch: An
         await calls[1]
 
 
-async def _relaxed_together(conn: _Connection, n: int) -> list[asyncio.Task[bytes]]:
-    """``n`` relaxed calls (the prober's) written in one write."""
-    calls = [asyncio.ensure_future(conn.call(b"\x83\x86", b"\x00\x00\x00\x00\x00", 5.0, True)) for _ in range(n)]
-    for _ in range(3):
-        await asyncio.sleep(0)
-    assert not conn._out
-    return calls
-
-
-async def test_answers_to_relaxed_calls_are_read_together_until_all_are_in(monkeypatch: Any) -> None:
-    from pykubelet.cri import unary_h2
-
-    monkeypatch.setattr(unary_h2, "RELAXED_PAUSE", 0.002)
-    conn = _Connection(1024)
-    transport = _PausableTransport()
-    conn.connection_made(transport)  # type: ignore[arg-type]
-    enc = hpack.Encoder()
-    first, second = await _relaxed_together(conn, 2)
-    # reading pauses right after the write: the answers wait in the kernel, read in one go
-    assert not transport.reading and transport.pauses == 1
-    await asyncio.sleep(0.02)
-    assert transport.reading
-    conn.data_received(_response(enc, 1, b"one"))
-    # one answer in, its sibling still in flight: paused again
-    assert not transport.reading and transport.pauses == 2 and await first == b"one"
-    await asyncio.sleep(0.02)
-    conn.data_received(_response(enc, 3, b"two"))
-    assert transport.reading and transport.pauses == 2 and await second == b"two"  # all in: no pause
-    # a lone relaxed call pauses too (its answer is read together with nothing, but late is fine)
-    (lone,) = await _relaxed_together(conn, 1)
-    assert transport.pauses == 3
-    await asyncio.sleep(0.02)
-    conn.data_received(_response(enc, 5, b"x"))
-    assert await lone == b"x" and transport.reading
-
-
-async def test_relaxed_pauses_end_with_the_budget_and_for_a_call_that_may_not_wait(monkeypatch: Any) -> None:
-    from pykubelet.cri import unary_h2
-
-    monkeypatch.setattr(unary_h2, "RELAXED_PAUSE", 0.002)
-    monkeypatch.setattr(unary_h2, "RELAXED_BUDGET", 0.0)  # every write is older than the budget
-    conn = _Connection(1024)
-    transport = _PausableTransport()
-    conn.connection_made(transport)  # type: ignore[arg-type]
-    enc = hpack.Encoder()
-    calls = await _relaxed_together(conn, 2)
-    assert transport.reading and transport.pauses == 0
-    conn.data_received(_response(enc, 1, b"a") + _response(enc, 3, b"b"))
-    assert [await c for c in calls] == [b"a", b"b"]
-    monkeypatch.setattr(unary_h2, "RELAXED_BUDGET", 10.0)
-    relaxed = await _relaxed_together(conn, 1)
-    assert not transport.reading
-    (strict,) = await _written_together(conn, 1)  # an ordinary call: its answer is read at once
-    assert transport.reading and conn._resume is None
-    conn.data_received(_response(enc, 7, b"s") + _response(enc, 5, b"r"))
-    assert await strict == b"s" and await relaxed[0] == b"r"
-    conn.close("done")
-
-
 async def test_calls_with_the_same_deadline_share_one_timer_that_still_expires_each() -> None:
     from pykubelet.cri.status import StatusCode
 

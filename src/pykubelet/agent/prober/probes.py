@@ -13,10 +13,6 @@ Upstream behaviour followed:
   bounded by ``timeoutSeconds + 10 s``: through ``CRIClient`` as the gRPC deadline of the call (free:
   gRPC's C core tracks it; an ``asyncio.timeout`` costs a loop timer and its bookkeeping per probe,
   ~5 % of the agent's CPU at 200 probes/s), for any other ``ExecRuntime`` as an asyncio timeout.
-  Through ``CRIClient`` the call is ``relaxed``: its answer may be read up to 10 ms late, together
-  with the other answers of the prober's wake slot (one wake-up of the loop for them instead of
-  about one per probe; ``pykubelet.cri.unary_h2``). That lengthens the measured probe duration by
-  as much, not the time a probe starts.
   (``InProcessCRIClient``, hollow nodes, ignores deadlines: its fake runtime answers at once.) ``$(VAR)`` references expand from the container's literal env only
   (``ExpandContainerCommandOnlyStatic``).
 * httpGet: host defaults to the pod IP, port may be a number or a named container port (falling back
@@ -302,7 +298,7 @@ async def probe_exec(
     try:
         if isinstance(runtime, CRIClient):
             # the guard is the call's own gRPC deadline: no asyncio timer per probe (docstring)
-            resp = await runtime.exec_sync(cid, command, secs, deadline=secs + EXEC_GUARD_MARGIN, relaxed=True)
+            resp = await runtime.exec_sync(cid, command, secs, deadline=secs + EXEC_GUARD_MARGIN)
         else:
             async with asyncio.timeout(secs + EXEC_GUARD_MARGIN):
                 resp = await runtime.exec_sync(cid, list(command), secs)
