@@ -42,3 +42,24 @@ def test_plain_directory_mode_never_mounts_but_tracks_the_stand_in(tmp_path: Pat
     assert [p.path for p in m.mount_points()] == [str(target)]
     m.unmount(str(target))
     assert not m.is_mount_point(str(target)) and m.mount_points() == []
+
+
+def test_the_mounts_below_one_pod_are_read_from_its_lines_of_the_table(tmp_path: Path) -> None:
+    info = tmp_path / "mountinfo"
+    info.write_text(MOUNTINFO + "43 22 0:38 / /var/lib/kubelet/pods/u2/volumes/kubernetes.io~projected/t rw - tmpfs "
+                    "tmpfs rw\n44 22 0:39 / /srv/pods\\040x/p rw - tmpfs tmpfs rw\n")
+    m = SystemMounter(TmpfsMode.MOUNT, mountinfo=str(info))
+    for base in ("/var/lib/kubelet/pods/u1", "/var/lib/kubelet/pods/u2", "/var/lib/kubelet/pods",
+                 "/var/lib/kubelet/pods/u", "/srv/pods x", "/srv/pods", "/"):
+        assert m.mount_points_under(base) == mounts_under(m.mount_points(), base)
+    assert [p.path for p in m.mount_points_under("/srv/pods x")] == ["/srv/pods x/p"]
+    assert m.mount_points_under("/var/lib/kubelet/pods/u3") == []
+
+
+def test_plain_directory_stand_ins_are_below_their_pod(tmp_path: Path) -> None:
+    m = SystemMounter(TmpfsMode.PLAIN_DIRS, mountinfo=str(tmp_path / "none"))
+    target = tmp_path / "pod" / "vol"
+    target.mkdir(parents=True)
+    m.mount_tmpfs(str(target), None)
+    assert [p.path for p in m.mount_points_under(str(tmp_path / "pod"))] == [str(target)]
+    assert m.mount_points_under(str(tmp_path / "other")) == []

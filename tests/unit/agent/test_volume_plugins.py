@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pykubelet.agent.volumemanager.mounter import MountPoint
+from pykubelet.agent.volumemanager.mounter import MountPoint, mounts_under
 from pykubelet.agent.volumemanager.objects import ObjectSource, TokenManager, parse_rfc3339
 from pykubelet.agent.volumemanager.plugins import find_plugin
 from pykubelet.agent.volumemanager.plugins.base import PodContext, side_by_side
@@ -43,6 +43,9 @@ class RecordingMounter:
 
     def mount_points(self) -> list[MountPoint]:
         return [MountPoint(p, "tmpfs") for p in self.mounted]
+
+    def mount_points_under(self, base: str) -> list[MountPoint]:
+        return mounts_under(self.mount_points(), base)
 
 
 def ctx_for(tmp_path: Path, p: JSON, api: FakeApi | None = None, clock: FakeClock | None = None,

@@ -68,7 +68,7 @@ from pathlib import Path
 from pykubelet.agent.interfaces import EventRecorder, HousekeepingContext, PodNotReadyError
 from pykubelet.agent.types import JSONObj, Pod
 from pykubelet.agent.volumemanager import stats as volume_stats
-from pykubelet.agent.volumemanager.mounter import Mounter, SystemMounter, mounts_under
+from pykubelet.agent.volumemanager.mounter import Mounter, SystemMounter
 from pykubelet.agent.volumemanager.mounts import container_mounts, needs_filesystem
 from pykubelet.agent.volumemanager.objects import (
     ChangeDetectionStrategy,
@@ -309,12 +309,12 @@ class VolumeManager:
         vdir = base / "volumes"
         real = os.path.realpath(vdir)
         errors: list[str] = []
-        for m in mounts_under(self.mounter.mount_points(), real):
+        for m in self.mounter.mount_points_under(real):
             try:
                 self.mounter.unmount(m.path)
             except OSError as e:
                 errors.append(str(e))
-        left = mounts_under(self.mounter.mount_points(), real)
+        left = self.mounter.mount_points_under(real)
         if left:
             raise OSError(f"still mounted: {', '.join(m.path for m in left)}" + (f" ({'; '.join(errors)})"
                                                                                  if errors else ""))
@@ -427,7 +427,7 @@ class VolumeManager:
             if v.is_dir() and any(v.iterdir()):
                 out.add(name)
         base = os.path.realpath(self.pods_dir)
-        for m in mounts_under(self.mounter.mount_points(), base):
+        for m in self.mounter.mount_points_under(base):
             rel = os.path.relpath(m.path, base).split(os.sep)
             if rel and rel[0] not in (".", ".."):
                 out.add(rel[0])

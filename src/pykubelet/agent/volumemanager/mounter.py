@@ -11,7 +11,11 @@ detached lazily with a warning rather than left behind.
 The calls block, so callers run them off the event loop (``asyncio.to_thread``).
 
 ``/proc/self/mountinfo`` (proc(5)) is the source of truth for "is this a mount point and of which
-type": it is what the reconstruction after a restart and the teardown of unknown pods read.
+type": it is what the reconstruction after a restart and the teardown of unknown pods read. A
+teardown asks only for the mounts below one pod's directory (``mount_points_under``): of the table's
+lines (one per tmpfs volume of every pod, and the host's) only those naming that directory are
+parsed, so removing 1,000 pods does not parse a 1,000-line table twice per pod (~34 ms of CPU per
+pod with ~1,700 lines).
 
 Mounting needs CAP_SYS_ADMIN. ``TmpfsMode`` says what to do without it: production uses ``MOUNT``
 (a failure is a FailedMount event naming the cause); tests choose ``PLAIN_DIRS`` (never mount: a
@@ -74,13 +78,28 @@ def parse_mountinfo(text: str) -> list[MountPoint]:
     return out
 
 
-def read_mountinfo(path: str = MOUNTINFO) -> list[MountPoint]:
+def escape_mount_path(path: str) -> str:
+    """A path as mountinfo writes it (space, tab, newline and backslash as ``\\ooo``)."""
+    if not any(c in path for c in " \t\n\\"):
+        return path
+    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in path)
+
+
+def read_mountinfo(path: str = MOUNTINFO, *, naming: str = "") -> list[MountPoint]:
+    """The mount table; with ``naming``, only the lines that contain it (escaped as mountinfo does):
+    a superset of the mounts at or below that path, for ``mounts_under`` to narrow down."""
     try:
         with open(path) as f:
-            return parse_mountinfo(f.read())
+            text = f.read()
     except OSError as e:
         log.warning("cannot read %s: %s", path, e)
         return []
+    if naming:
+        key = escape_mount_path(naming)
+        if key not in text:
+            return []
+        text = "\n".join(line for line in text.splitlines() if key in line)
+    return parse_mountinfo(text)
 
 
 def mounts_under(mounts: list[MountPoint], base: str) -> list[MountPoint]:
@@ -97,6 +116,9 @@ class Mounter(Protocol):
     def unmount(self, target: str) -> None: ...
     def is_mount_point(self, path: str) -> bool: ...
     def mount_points(self) -> list[MountPoint]: ...
+    def mount_points_under(self, base: str) -> list[MountPoint]:
+        """``mounts_under(self.mount_points(), base)``, maybe cheaper."""
+        ...
 
 
 class SystemMounter:
@@ -158,6 +180,11 @@ class SystemMounter:
         return (bool(self._plain) and os.path.realpath(path) in self._plain) or os.path.ismount(path)
 
     def mount_points(self) -> list[MountPoint]:
-        points = read_mountinfo(self.mountinfo)
+        return self._points(read_mountinfo(self.mountinfo))
+
+    def mount_points_under(self, base: str) -> list[MountPoint]:
+        return mounts_under(self._points(read_mountinfo(self.mountinfo, naming=base)), base)
+
+    def _points(self, points: list[MountPoint]) -> list[MountPoint]:
         points.extend(MountPoint(p, "tmpfs", "plain-directory") for p in sorted(self._plain) if os.path.isdir(p))
         return points
