@@ -16,10 +16,10 @@ Measured once all 100 pods are Running and Ready:
   paced window is the floor an exec probe can cost through this client. Printed: the agent's CPU as a ratio to it.
 * **loop thread / other threads**: the agent's CPU split into its main thread (the event loop,
   where every probe runs) and the rest (the default executor's threads: file, volume and pod cgroup
-  work). Other benchmarks' pod cgroups under the shared ``/pykubelet-bench`` look like orphans to
-  this agent, whose cleanup then scans and retries them in those threads (up to ~10 % of a core
-  seen while another bench ran real pods), so the loop thread's share is the prober's figure
-  on a shared machine.
+  work). The loop thread's share is the prober's figure. (Each benchmark process has a cgroup
+  root of its own, ``bench/common.py``: with a shared one, another benchmark's live pod cgroups
+  looked like orphans to this agent, whose cleanup retried them in those threads, up to ~10 % of a
+  core.)
 * **agent wake-ups per probe**: the agent's voluntary context switches (all threads, from
   ``/proc/<pid>/task/*/status``) over the hold per probe run: each is the event loop going to sleep
   and being woken again, which on a VM costs more than most of the Python around it

@@ -5,7 +5,7 @@ containerd*, so machine noise (2 shared cores, other engineers' test runs) mostl
 the ratios. The pieces:
 
 - :func:`bench_containerd` — a private containerd (``PrivateContainerd``) in its own temp folder, on
-  bridge ``pkbench0`` with pods in ``198.18.200.0/24`` and pod cgroups under ``/pykubelet-bench``,
+  bridge ``pkbench0`` with pods in ``198.18.200.0/24`` and pod cgroups under ``/pykubelet-bench-<pid>``,
   with the offline busybox/pause images imported. Stopped and cleaned (processes, mounts, cgroups,
   bridge, iptables chains) in ``finally``.
 - :func:`pod_manifest` — the benchmark pod: one ``busybox:1.36`` container running ``sleep 3600``
@@ -52,12 +52,15 @@ from pykubelet.agent.cm.podcgroups import PodCgroupManager  # noqa: E402
 from pykubelet.agent.kuberuntime import criconfig  # noqa: E402
 from pykubelet.common.apiclient import ApiClient, ApiError  # noqa: E402
 from pykubelet.cri import CRIClient  # noqa: E402
-from pykubelet.up.containerd import PrivateContainerd  # noqa: E402
+from pykubelet.up.containerd import PrivateContainerd, remove_cgroup_tree  # noqa: E402
 from pykubelet.up.images import BUSYBOX_PINNED_IMAGE, bootstrap_images, default_cache_dir  # noqa: E402
 
 POD_CIDR = "198.18.200.0/24"
 BRIDGE = "pkbench0"
-CGROUP_ROOT = "/pykubelet-bench"
+# One cgroup root per benchmark process: an agent removes the pod cgroups under its root that belong
+# to no pod it knows, so two benchmarks sharing a root would each treat the other's live pod cgroups
+# as orphans and retry removing them in every housekeeping pass (up to ~10 % of a core measured).
+CGROUP_ROOT = f"/pykubelet-bench-{os.getpid()}"
 NODE_NAME = "pkbench"
 NAMESPACE = "default"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -344,6 +347,9 @@ class Cluster:
                 proc.kill()
                 await asyncio.to_thread(proc.wait, 15)
             log(f"{name} stopped (pid {proc.pid})")
+        left = await asyncio.to_thread(remove_cgroup_tree, CGROUP_ROOT)  # the agent's pod and QoS cgroups
+        if left:
+            log(f"cgroups left under {CGROUP_ROOT}: {left}")
 
 
 async def _port_open(port: int) -> bool:
