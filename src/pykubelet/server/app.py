@@ -72,7 +72,7 @@ from pykubelet.server.patch import PATCH_TYPES
 from pykubelet.server.registry import Registry, RequestContext, Written
 from pykubelet.server.resources import ResourceInfo, lookup
 from pykubelet.server.selectors import parse_field_selector, parse_label_selector
-from pykubelet.server.storage import WatchEvent
+from pykubelet.server.storage import StorageError, WatchEvent
 from pykubelet.server.validation import resource_version_error
 
 log = logging.getLogger(__name__)
@@ -565,6 +565,9 @@ class ApiHttp:
     async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
             resp: web.StreamResponse = await handler(request)
+            store = self.registry.store
+            if store.pending:  # nothing is answered before the writes it may show are durable
+                await store.durable()
             return resp
         except StatusError as e:
             return status_response(e)
@@ -922,6 +925,7 @@ class ApiHttp:
         # so a watcher keeps up while a thousand pods are created (upstream's cacheWatcher batches too).
         pending: list[bytes] = []
         writing = False
+        store = self.registry.store
 
         def stuck() -> None:  # the store terminated this watch: a write blocked on the socket ends now
             if writing and request.transport is not None:
@@ -932,6 +936,11 @@ class ApiHttp:
         async def flush() -> None:
             nonlocal writing
             if pending:
+                if store.pending:  # no event is sent before its write is durable
+                    try:
+                        await store.durable()
+                    except StorageError:  # the group was undone and this watch ended
+                        raise ConnectionResetError("the events' writes were not committed") from None
                 data = b"".join(pending)
                 pending.clear()
                 writing = True

@@ -20,6 +20,8 @@ JSON is UTF-8, RFC 8259).  Fallbacks, so nothing fails that did not fail before:
   take.  Non-finite floats, which msgspec would write as ``null`` and the stdlib as ``NaN``, never
   reach here: bodies refuse them (``parse_json``, the YAML loader, as Go's decoders do) and the
   server computes none.
+- msgspec also writes some values the stdlib refuses with ``TypeError`` (``bytes`` as base64,
+  ``datetime``, ``uuid.UUID``, dataclasses): stored objects are decoded JSON and never hold them.
 - :func:`decode` falls back to ``json.loads`` for what msgspec refuses (an escaped lone surrogate,
   a number beyond a float's range), so a revision decodes to what ``json.loads`` gives.
 

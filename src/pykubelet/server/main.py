@@ -168,6 +168,7 @@ async def run_server(data_dir: str | Path, *, port: int = 0, bind_address: str =
     authorizer = Authorizer(d)
     store = Storage(d / "state.db", history=history, transformer=transformer)
     await asyncio.to_thread(store.open)
+    store.group_commits()  # the writes of one loop turn in one transaction; answers await durable()
     authorizer.bind(store)
     tokens.secret_lookup = lambda ns, name: store.peek("secrets", ns, name)  # bootstrap tokens
     for resource, n in sorted(store.stale.items()):
