@@ -11,7 +11,11 @@ protocol's ``data_received``, and one future. Streams (watches) stay on aiohttp.
 What it keeps from a general client, following Go's net/http ``Transport`` (what client-go uses):
 - keep-alive: a connection goes back to the pool after a complete response unless either side said
   ``Connection: close`` (or HTTP/1.0), newest first; idle connections are closed after
-  ``IDLE_TIMEOUT`` seconds (aiohttp's connector default, so the agent's idle memory stays as it was);
+  ``IDLE_TIMEOUT`` seconds (aiohttp's connector default). Only ``IDLE_KEEP`` of them (net/http's
+  ``DefaultMaxIdleConnsPerHost``) wait that long: the others a burst opened (a 1,000-pod start opens
+  the whole ``limit``) are closed after ``SURPLUS_IDLE_TIMEOUT``, which frees their TLS buffers
+  (~250 kB each) before the node settles, while a burst still reuses them (net/http closes them at
+  once);
 - a bounded pool: at most ``limit`` connections at once, further requests wait in order for one;
 - a reused connection that the server closed while idle: the request goes to another connection
   when it provably was not sent (the connection was seen closed before the write) or it is
@@ -39,6 +43,8 @@ from typing import cast
 import httptools
 
 IDLE_TIMEOUT = 15.0
+IDLE_KEEP = 2  # idle connections kept for IDLE_TIMEOUT; more are closed after SURPLUS_IDLE_TIMEOUT
+SURPLUS_IDLE_TIMEOUT = 1.0
 CONNECT_TIMEOUT = 10.0
 _REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
@@ -67,7 +73,10 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.reused = False
         self.idle_since = 0.0
-        self._parser = httptools.HttpResponseParser(self)
+        # None once the connection is lost: the parser calls back into this object, and the cycle
+        # would keep the transport and its TLS buffers (~250 kB) until a full collection.
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
+        self._status = 0
         self._waiter: asyncio.Future[Response] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._chunks: list[bytes] = []
@@ -83,12 +92,13 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
 
     def data_received(self, data: bytes) -> None:
-        if self._waiter is None:  # nothing asked: a server talking out of turn is not to be trusted
+        parser = self._parser
+        if self._waiter is None or parser is None:  # nothing asked: a server talking out of turn is not to be trusted
             self._close()
             return
         self._got_bytes = True
         try:
-            self._parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserError as e:
             self._fail(ProtocolError(f"malformed HTTP response: {e}"))
 
@@ -103,6 +113,7 @@ class _Connection(asyncio.Protocol):
             else:
                 what = "answering" if self._got_bytes else "any answer"
                 self._fail(exc or ProtocolError(f"server closed the connection before {what}"))
+        self._parser = None
         self.pool._lost(self)
 
     # --- httptools callbacks ------------------------------------------------------------------
@@ -116,18 +127,19 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._headers_done = True
+        self._status = self._parser.get_status_code() if self._parser is not None else 0
 
     def on_body(self, body: bytes) -> None:
         self._chunks.append(body)
 
     def on_message_complete(self) -> None:
-        if self._parser.get_status_code() < 200:  # interim (100 Continue, 103 Early Hints): the answer follows
+        if self._status < 200:  # interim (100 Continue, 103 Early Hints): the answer follows
             self._chunks = []
             self._headers_done = self._framed = False
             self._encoding = b""
             return
         # llhttp clears the message's flags right after this callback, so ask now, not later.
-        self._keep_alive = self._parser.should_keep_alive()
+        self._keep_alive = self._parser is not None and self._parser.should_keep_alive()
         self._complete()
 
     # --- one exchange -------------------------------------------------------------------------
@@ -171,7 +183,7 @@ class _Connection(asyncio.Protocol):
                 waiter.set_exception(ProtocolError(f"undecodable {self._encoding.decode(errors='replace')} body: {e}"))
                 self._close()
                 return
-        waiter.set_result(Response(self._parser.get_status_code(), body))
+        waiter.set_result(Response(self._status, body))
 
     def _fail(self, exc: BaseException) -> None:
         if self._timer is not None:
@@ -361,8 +373,7 @@ class Http1Pool:
                 return
         conn.idle_since = self.loop.time()
         self._idle.append(conn)
-        if self._sweeper is None:
-            self._sweeper = self.loop.call_at(conn.idle_since + self.idle_timeout, self._sweep)
+        self._schedule_sweep()
 
     def _forget(self, conn: _Connection) -> None:
         if conn in self._all:
@@ -383,15 +394,29 @@ class Http1Pool:
             self._idle.remove(conn)
             self._forget(conn)
 
+    def _expiry(self) -> float:
+        """When the oldest idle connection is to be closed: sooner while more than IDLE_KEEP idle."""
+        wait = self.idle_timeout if len(self._idle) <= IDLE_KEEP else min(SURPLUS_IDLE_TIMEOUT, self.idle_timeout)
+        return self._idle[0].idle_since + wait
+
+    def _schedule_sweep(self) -> None:
+        if not self._idle:
+            return
+        at = self._expiry()
+        if self._sweeper is not None:
+            if self._sweeper.when() <= at:
+                return
+            self._sweeper.cancel()
+        self._sweeper = self.loop.call_at(at, self._sweep)
+
     def _sweep(self) -> None:
         self._sweeper = None
-        deadline = self.loop.time() - self.idle_timeout
-        while self._idle and self._idle[0].idle_since <= deadline:
+        now = self.loop.time()
+        while self._idle and self._expiry() <= now:
             conn = self._idle.popleft()
             conn._close()
             self._forget(conn)
-        if self._idle:
-            self._sweeper = self.loop.call_at(self._idle[0].idle_since + self.idle_timeout, self._sweep)
+        self._schedule_sweep()
 
     def drop_connections(self) -> None:
         """Close the idle connections now and the busy ones when their call ends (new TLS client

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gc
 import gzip
 import itertools
 import json
 import ssl
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -333,6 +335,41 @@ async def test_idle_connections_are_closed_after_the_idle_timeout(monkeypatch: p
             assert len(closed) == 3  # the client hung up on all three, not the server
             assert await api.get("/b") == {"ok": True}
     finally:
+        server.close()
+
+
+async def test_after_a_burst_only_two_idle_connections_wait_for_the_idle_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http1, "SURPLUS_IDLE_TIMEOUT", 0.1)
+    closed: list[int] = []
+    server, port, _ = await raw_server(lambda n, _: ok(), closed=closed)
+    try:
+        async with ApiClient(f"http://127.0.0.1:{port}") as api:
+            await asyncio.gather(*(api.get("/a") for _ in range(5)))
+            await asyncio.sleep(0.5)
+            assert len(closed) == 3  # the client closed the three surplus ones
+            assert await api.get("/b") == {"ok": True}  # on a kept one
+            assert len(closed) == 3
+    finally:
+        server.close()
+
+
+async def test_a_closed_connection_and_its_buffers_are_freed_without_the_garbage_collector(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each TLS connection holds ~250 kB of buffers; the agent's collector runs full collections
+    # rarely, so a connection left in a reference cycle would hold them for minutes.
+    monkeypatch.setattr(http1, "IDLE_TIMEOUT", 0.1)
+    server, port, _ = await raw_server(lambda n, _: ok())
+    gc.disable()
+    try:
+        async with ApiClient(f"http://127.0.0.1:{port}") as api:
+            await asyncio.gather(*(api.get("/a") for _ in range(3)))
+            pool = api._pool
+            assert pool is not None
+            conns = [weakref.ref(c) for c in pool._all]
+            await asyncio.sleep(0.5)
+            assert len(conns) == 3 and [c() for c in conns] == [None, None, None]
+    finally:
+        gc.enable()
         server.close()
 
 
