@@ -25,6 +25,13 @@ All state is rebuilt from the runtime (CRI labels/annotations) and the sources, 
 agent re-adopts running containers without restarting them: their spec hash matches and the
 sandbox is ready, so ``compute_pod_actions`` has nothing to do.
 
+The agent's own periodic loops (PLEG, housekeeping, runtime check, image GC, CPU manager reconcile)
+and the pods' due resyncs start on multiples of their periods on the loop clock (``common.ticks``), so
+an idle node wakes once a second for all of them instead of once per loop and pod. Housekeeping's pod
+and pod-log directory steps list their directory only when the node's known pods changed since a pass
+that left nothing behind, and at least every ``DIRECTORY_RESCAN_PERIOD`` (an idle node's 2-s passes
+were two thread hops and two directory listings that found nothing, ~1 thread job a second).
+
 Where new subsystems plug in is described in ``interfaces``: ``self.admission.append(handler)``,
 ``self.pod_hooks`` (before containers start), ``self.housekeeping.add_step(name, step)``.
 """
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -50,7 +58,6 @@ from pykubelet.agent.config import AgentOptions
 from pykubelet.agent.eviction import EvictionManager, eviction_config
 from pykubelet.agent.housekeeping import (
     Housekeeping,
-    directory_step,
     log_links_step,
     remove_pod_dirs,
     remove_pod_log_dirs,
@@ -61,6 +68,7 @@ from pykubelet.agent.interfaces import (
     ContainerRuntime,
     EventRecorder,
     HousekeepingContext,
+    HousekeepingStep,
     MirrorClient,
     PodAdmitAttributes,
     PodLifecycleHook,
@@ -83,14 +91,61 @@ from pykubelet.agent.status.manager import StatusManager
 from pykubelet.agent.types import JSONObj, Pod, PodOp, PodUpdate
 from pykubelet.agent.volumemanager import Mounter, VolumeManager
 from pykubelet.common import podutil
-from pykubelet.common.aio import cancel_and_wait, run_every
+from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient, ApiError
 from pykubelet.common.procfs import read_meminfo
+from pykubelet.common.ticks import run_on_ticks
 from pykubelet.cri import CRIError, pb
 
 log = logging.getLogger(__name__)
 
 RUNTIME_CHECK_PERIOD = 5.0  # upstream checks the runtime's status every 5 s
+DIRECTORY_RESCAN_PERIOD = 60.0  # the pod (log) directory steps list at least this often (see the docstring)
+
+
+def _unknown_pod_dirs_left(base: Path, known: frozenset[str]) -> bool:
+    """Whether ``<root>/pods`` still holds a directory of an unknown pod (one ``remove_pod_dirs``
+    left because volumes are still mounted below it)."""
+    try:
+        with os.scandir(base) as entries:
+            return any(e.name not in known and e.is_dir() for e in entries)
+    except OSError:
+        return False
+
+
+def _unknown_pod_log_dirs_left(base: Path, known: frozenset[str]) -> bool:
+    """Whether the pod logs directory still holds a ``<namespace>_<name>_<uid>`` directory of an
+    unknown pod (one ``remove_pod_log_dirs`` failed to remove)."""
+    try:
+        with os.scandir(base) as entries:
+            return any(e.name.count("_") >= 2 and e.name.rsplit("_", 1)[-1] not in known
+                       and e.is_dir(follow_symlinks=False) for e in entries)
+    except OSError:
+        return False
+
+
+def directory_step_on_change(remove: Callable[[Path, frozenset[str]], None],
+                             left: Callable[[Path, frozenset[str]], bool], base: Path, *,
+                             period: float = DIRECTORY_RESCAN_PERIOD,
+                             clock: Callable[[], float] = time.monotonic) -> HousekeepingStep:
+    """A housekeeping step that removes the per-pod directories under ``base`` of pods outside
+    ``ctx.known`` (``remove``), in a thread, only when it can find something: when the known pods
+    differ from those of the last pass that left nothing behind (``left``), or ``period`` passed since
+    it (a directory made outside the agent). A directory is made only for a known pod, so with the
+    same known pods the listing finds what it found last time."""
+    clean: tuple[frozenset[str], float] | None = None  # the known pods and time of the last clean pass
+
+    def work(known: frozenset[str]) -> bool:
+        remove(base, known)
+        return not left(base, known)
+
+    async def step(ctx: HousekeepingContext) -> None:
+        nonlocal clean
+        now = clock()
+        if clean is not None and clean[0] == ctx.known and now - clean[1] < period:
+            return
+        clean = (ctx.known, now) if await asyncio.to_thread(work, ctx.known) else None
+    return step
 
 
 class Kubelet:
@@ -169,7 +224,9 @@ class Kubelet:
         )
         self.pleg.making = self.syncer.is_making  # a relist leaves a pod being made to its sync
         # each worker resyncs its pod syncFrequency (+ up to 50 % jitter) after its last sync, as upstream
-        self.pod_workers = PodWorkers(self.syncer, resync_interval=lambda: max(1.0, self.config.sync_frequency))
+        # (their due times on the relist's grid: one loop wake-up for the relist and the due resyncs)
+        self.pod_workers = PodWorkers(self.syncer, resync_interval=lambda: max(1.0, self.config.sync_frequency),
+                                      resync_tick=pleg_period)
         # what the admitted, non-terminated pods take from the node, kept as they come and go
         # (admission reads it instead of summing every other pod for each new one)
         self.node_usage = NodeUsage()
@@ -181,9 +238,10 @@ class Kubelet:
         self.housekeeping.add_step("pod cgroups",  # orphans go; the QoS tiers follow the admitted pods
                                    self.cgroups.cleanup_step(lambda: [p for _, p in self.pod_manager.active()]))
         self.housekeeping.add_step("pod volumes", self.volume_manager.cleanup)  # before the pod directories
-        self.housekeeping.add_step("pod directories", directory_step(remove_pod_dirs, self.root_dir / "pods"))
-        self.housekeeping.add_step("pod log directories",
-                                   directory_step(remove_pod_log_dirs, Path(cfg.pod_logs_dir)))
+        self.housekeeping.add_step("pod directories", directory_step_on_change(
+            remove_pod_dirs, _unknown_pod_dirs_left, self.root_dir / "pods"))
+        self.housekeeping.add_step("pod log directories", directory_step_on_change(
+            remove_pod_log_dirs, _unknown_pod_log_dirs_left, Path(cfg.pod_logs_dir)))
         self.housekeeping.add_step("container log links", log_links_step(self.runtime_manager.containers_log_dir))
         self.housekeeping.add_step("back-off entries", self._gc_backoff)
         self.housekeeping.add_step("node usage recount", self._recount_usage)
@@ -277,14 +335,14 @@ class Kubelet:
         await self._update_runtime_state()
         self.eviction.start()
         if self.cpu_manager.enabled:
-            self._background_loops.append(run_every(
+            self._background_loops.append(run_on_ticks(
                 self._reconcile_cpusets, max(1.0, self.config.cpu_manager_reconcile_period),
                 name="cpu-manager-reconcile", log=log))
         self._tasks = [
-            run_every(self._update_runtime_state, RUNTIME_CHECK_PERIOD, name="kubelet-runtime-state", log=log),
+            run_on_ticks(self._update_runtime_state, RUNTIME_CHECK_PERIOD, name="kubelet-runtime-state", log=log),
             asyncio.get_running_loop().create_task(self._sync_loop(), name="kubelet-sync-loop"),
-            run_every(self._housekeeping, self.housekeeping_period, name="kubelet-housekeeping", log=log),
-            run_every(self.image_gc.run_once, self.image_gc_period, name="kubelet-image-gc", log=log),
+            run_on_ticks(self._housekeeping, self.housekeeping_period, name="kubelet-housekeeping", log=log),
+            run_on_ticks(self.image_gc.run_once, self.image_gc_period, name="kubelet-image-gc", log=log),
         ]
 
     async def stop(self) -> None:

@@ -21,6 +21,13 @@ complete relist, so a worker can tell whether the cache already holds a view new
 sync (``newer_than``) or must query the runtime itself.
 ``healthy()`` is False when the last relist is older than 3 minutes (upstream relistThreshold).
 
+An idle node's relist is cheap in Python too: when the listing handed back every pod's previous map
+(and no targeted update, deferral or cache removal happened since), there is nothing to diff and no
+status to fetch; the running pods/containers gauges are set only when the counts are a new object
+(``list_runtime`` recounts them only on a change). Relists start on whole multiples of the period on
+the loop clock (``common.ticks``), so the other periodic work of the agent (housekeeping, due pod
+resyncs, the runtime check) runs in the same loop wake-up instead of one of its own.
+
 ``update_pod(uid)`` is the targeted update a pod worker asks for right after its sync started
 containers (what upstream's Evented PLEG and ``GenericPLEG.UpdateCache`` give): one pod's status is
 read, stored in the cache, diffed against the states the PLEG last reported for that pod, and the
@@ -38,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import operator
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -46,7 +54,8 @@ from typing import Protocol
 from pykubelet.agent import metrics
 from pykubelet.agent.container.runtime import ContainerState, RuntimePodStatus
 from pykubelet.agent.kuberuntime.manager import RuntimeListing
-from pykubelet.common.aio import cancel_and_wait, run_every
+from pykubelet.common.aio import cancel_and_wait
+from pykubelet.common.ticks import run_on_ticks
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +103,7 @@ class PodStatusCache:
     def __init__(self) -> None:
         self._entries: dict[str, RuntimePodStatus] = {}
         self._global = 0.0
+        self.deletions = 0  # entries removed so far (a relist re-fetches a listed pod without one)
 
     def get(self, uid: str) -> RuntimePodStatus:
         st = self._entries.get(uid)
@@ -112,7 +122,8 @@ class PodStatusCache:
         self._entries[uid] = status
 
     def delete(self, uid: str) -> None:
-        self._entries.pop(uid, None)
+        if self._entries.pop(uid, None) is not None:
+            self.deletions += 1
 
     def update_time(self, ts: float) -> None:
         self._global = max(self._global, ts)
@@ -149,6 +160,10 @@ class GenericPLEG:
         self.making: Callable[[str], bool] | None = None
         self._deferred: set[str] = set()  # the pods the last relist left to their sync
         self.relist_count = 0
+        self._deletions_seen = -1  # the cache's deletions when the last relist ended (-1: none yet)
+        self._settled = False  # the last relist left every listed pod cached as listed (no error, no deferral)
+        self._container_gauges = [(state, metrics.RUNNING_CONTAINERS.labels(state.value)) for state in ContainerState]
+        self._counted: object = None  # the listing's counts last set on the gauges
 
     def healthy(self) -> bool:
         if self._last_relist_mono is None:
@@ -157,7 +172,7 @@ class GenericPLEG:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = run_every(self.relist, self.relist_period, name="pleg", log=log, first_delay=0)
+            self._task = run_on_ticks(self.relist, self.relist_period, name="pleg", log=log, first_delay=0)
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
@@ -224,17 +239,25 @@ class GenericPLEG:
         current = listing.pods
         before = dict(self._targeted)
         old_pods, has = self._old, self.cache.has
-        # an unchanged pod's map is the very object of the previous listing (list_runtime reuses it)
-        changed = [uid for uid in current.keys() | old_pods.keys()
-                   if ((new := current.get(uid)) is not (old := old_pods.get(uid)) and (new or {}) != (old or {}))
-                   or not has(uid)]
+        changed: list[str]
+        if (self._settled and not before and self.cache.deletions == self._deletions_seen
+                and len(current) == len(old_pods)
+                and all(map(operator.is_, current.values(), old_pods.values())) and current.keys() == old_pods.keys()):
+            changed = []  # every pod's map is the previous listing's own object: nothing changed
+        else:
+            # an unchanged pod's map is the very object of the previous listing (list_runtime reuses it)
+            changed = [uid for uid in current.keys() | old_pods.keys()
+                       if ((new := current.get(uid)) is not (old := old_pods.get(uid)) and (new or {}) != (old or {}))
+                       or not has(uid)]
         deferred: set[str] = set()
-        if self.making is not None:
+        if self.making is not None and changed:
             deferred = {uid for uid in changed if uid not in old_pods and uid in current and self.making(uid)}
             changed = [uid for uid in changed if uid not in deferred]
-        fetched = await self._statuses([uid for uid in changed if uid in current])
+        to_fetch = [uid for uid in changed if uid in current]
+        fetched = await self._statuses(to_fetch) if to_fetch else {}
         # pods a targeted update queried after this listing began: their view and events stand
         newer = {uid for uid, at in self._targeted.items() if at >= ts}
+        settled = not newer and not deferred
         for uid in changed:
             if uid in newer:
                 continue
@@ -243,6 +266,7 @@ class GenericPLEG:
                 if isinstance(got, Exception):
                     log.warning("PLEG: status of pod %s: %s", uid, got)
                     current[uid] = {}  # retry at the next relist
+                    settled = False
                     continue
                 status = got
             else:
@@ -269,10 +293,14 @@ class GenericPLEG:
         self._last_relist_mono = time.monotonic()
         self.relist_count += 1
         self.cache.update_time(ts)
+        self._deletions_seen = self.cache.deletions
+        self._settled = settled
         metrics.PLEG_RELIST_DURATION.observe(time.monotonic() - t0)
-        metrics.RUNNING_PODS.set(listing.ready_sandboxes)  # counted by list_runtime, once per change
-        for state in ContainerState:
-            metrics.RUNNING_CONTAINERS.labels(state.value).set(listing.container_counts.get(state, 0))
+        if listing.container_counts is not self._counted:  # counted by list_runtime, once per change
+            self._counted = listing.container_counts
+            metrics.RUNNING_PODS.set(listing.ready_sandboxes)
+            for state, gauge in self._container_gauges:
+                gauge.set(listing.container_counts.get(state, 0))
 
 
 def pod_states(status: RuntimePodStatus) -> dict[str, ContainerState]:

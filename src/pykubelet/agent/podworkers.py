@@ -31,6 +31,10 @@ at ``wait.Jitter(resyncInterval, workerResyncIntervalJitterFactor=0.5)`` (a dela
 one (an earlier ``requeue_after`` wins). Pods started together therefore drift apart within one sync
 period instead of all resyncing in one burst (1,000 pods at once starved the PLEG relist), and an
 idle pod costs one timer between syncs. Without ``resync_interval`` no periodic sync is scheduled.
+With ``resync_tick`` (the kubelet gives the PLEG's relist period) a resync's due time is rounded up
+to a multiple of it on the loop clock, as upstream's work queue is drained by the sync loop's 1 s
+``syncTicker``: due resyncs then run in the relist's own loop wake-up (``common.ticks``) instead of
+one timer wake-up each (~1.3 a second with 100 pods).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from pykubelet.agent import metrics
 from pykubelet.agent.container.grace import effective_grace
 from pykubelet.agent.types import Pod
 from pykubelet.common.aio import cancel_and_wait
+from pykubelet.common.ticks import tick_at_or_after
 
 log = logging.getLogger(__name__)
 
@@ -134,10 +139,11 @@ class PodSyncStatus:
 class PodWorkers:
     def __init__(self, syncer: PodSyncer, *, max_retry_delay: float = 10.0,
                  resync_interval: float | Callable[[], float] | None = None,
-                 rand: Callable[[], float] = random.random) -> None:
+                 rand: Callable[[], float] = random.random, resync_tick: float = 0.0) -> None:
         self.syncer = syncer
         self.max_retry_delay = max_retry_delay
         self.resync_interval = resync_interval  # upstream syncFrequency; None: no periodic resync
+        self.resync_tick = resync_tick  # resyncs start on multiples of it (0: at their own time)
         self._rand = rand
         self._pods: dict[str, PodSyncStatus] = {}
         self._finished: set[str] = set()  # terminated (finished) and not yet forgotten
@@ -237,9 +243,13 @@ class PodWorkers:
     def _schedule_next(self, st: PodSyncStatus, requeue_after: float | None) -> None:
         """After a successful sync: the earlier of the sync's own requeue and the pod's next resync."""
         resync = self.next_resync_delay()
-        delays = [d for d in (requeue_after, resync) if d is not None]
-        if delays:
-            self._schedule(st, min(delays))
+        if resync is not None and (requeue_after is None or resync <= requeue_after):
+            if st.timer is not None:
+                st.timer.cancel()
+            loop = asyncio.get_running_loop()
+            st.timer = loop.call_at(tick_at_or_after(loop.time() + resync, self.resync_tick), self._requeue, st.uid)
+        elif requeue_after is not None:
+            self._schedule(st, requeue_after)
 
     def forget(self, uid: str) -> None:
         st = self._pods.pop(uid, None)

@@ -213,3 +213,21 @@ async def test_a_terminating_pod_gets_no_periodic_resync() -> None:
     st = w.get("uid-a")
     assert st is not None and st.timer is None
     await w.stop()
+
+
+async def test_resyncs_due_on_the_relist_tick_start_on_whole_ticks() -> None:
+    s = Syncer()
+    w = PodWorkers(s, resync_interval=100.0, resync_tick=1.0)
+    uids = [f"uid-p{i}" for i in range(50)]
+    for i in range(50):
+        w.update_pod(update(SyncPodType.CREATE, f"p{i}"))
+    await until(lambda: len(s.calls) == 50 and idle(w, *uids))
+    now = asyncio.get_running_loop().time()
+    whens = [st.timer.when() for u in uids if (st := w.get(u)) is not None and st.timer is not None]
+    assert len(whens) == 50
+    # still upstream's jittered 1-1.5x the period (rounded up by less than a tick), but each on a whole
+    # tick of the loop clock, where the relist wakes the loop anyway
+    assert all(100.0 <= when - now <= 151.0 for when in whens)
+    assert all(abs(when - round(when)) < 1e-6 for when in whens)
+    assert len(set(round(when) for when in whens)) > 10  # still spread over the window
+    await w.stop()

@@ -44,6 +44,7 @@ from pykubelet.agent.interfaces import (
 )
 from pykubelet.common import podutil
 from pykubelet.common.aio import cancel_and_wait
+from pykubelet.common.ticks import tick_at_or_after
 from pykubelet.common.tolerations import tolerations_tolerate_taint
 
 from . import ranking
@@ -178,7 +179,10 @@ class EvictionManager:
             self.notifier = None
 
     async def _run(self) -> None:
-        """A pass every monitoring period, or at once when a memory threshold notification fires."""
+        """A pass every monitoring period, or at once when a memory threshold notification fires.
+        The periodic passes start on multiples of the period on the loop clock (``common.ticks``),
+        sharing the loop wake-up of the agent's other periodic work."""
+        loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
             try:
@@ -188,8 +192,13 @@ class EvictionManager:
                 raise
             except Exception:
                 log.exception("eviction manager pass failed")
+            period = self.config.monitoring_period
+            now = loop.time()
+            due = tick_at_or_after(now, period)
+            if due <= now:
+                due += period
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.monitoring_period)
+                await asyncio.wait_for(self._wake.wait(), due - now)
 
     def _memory_threshold(self) -> Threshold | None:
         mem = [t for t in self.config.thresholds if t.signal is Signal.MEMORY_AVAILABLE]
