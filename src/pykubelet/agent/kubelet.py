@@ -224,9 +224,10 @@ class Kubelet:
         )
         self.pleg.making = self.syncer.is_making  # a relist leaves a pod being made to its sync
         # each worker resyncs its pod syncFrequency (+ up to 50 % jitter) after its last sync, as upstream
-        # (their due times on the relist's grid: one loop wake-up for the relist and the due resyncs)
+        # (their due times on the relist's grid, at most upstream's 1 s syncTicker: one loop wake-up for
+        # the relist and the due resyncs)
         self.pod_workers = PodWorkers(self.syncer, resync_interval=lambda: max(1.0, self.config.sync_frequency),
-                                      resync_tick=pleg_period)
+                                      resync_tick=min(1.0, pleg_period))
         # what the admitted, non-terminated pods take from the node, kept as they come and go
         # (admission reads it instead of summing every other pod for each new one)
         self.node_usage = NodeUsage()
