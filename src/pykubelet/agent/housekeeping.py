@@ -101,7 +101,7 @@ class Housekeeping:
         ctx = HousekeepingContext(
             desired=frozenset(desired),
             known=frozenset(desired | set(self.workers.known_uids()) | set(listing.pods)),
-            runtime_container_ids=listing.all_container_ids(),
+            runtime_container_ids=listing.container_ids,
             listed_at=listing.listed_at,
         )
         for step in self._steps:

@@ -68,14 +68,14 @@ async def test_a_listing_after_an_unchanged_one_shows_every_later_change(tmp_pat
     assert changed.pods["a"] == {sid: ContainerState.RUNNING, cid: ContainerState.EXITED}
     assert changed.pods["b"] == {sid_b: ContainerState.RUNNING, cid_b: ContainerState.RUNNING}
     assert changed.meta["b"] == ("default", "pb")
-    assert changed.all_container_ids() == {cid, cid_b}
+    assert changed.container_ids == {cid, cid_b}
 
     await node.client.remove_container(cid)
     await node.client.stop_pod_sandbox(sid)
     await node.client.remove_pod_sandbox(sid)
     gone = await node.manager.list_runtime()
     assert "a" not in gone.pods
-    assert gone.all_container_ids() == {cid_b}
+    assert gone.container_ids == {cid_b}
 
 
 async def test_what_a_caller_does_to_a_listing_never_reaches_the_next_one(tmp_path: Path) -> None:
