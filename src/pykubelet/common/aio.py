@@ -70,15 +70,18 @@ def run_every(
     async def loop() -> None:
         await asyncio.sleep(current_period() if first_delay is None else first_delay)
         while True:
-            try:
-                await fn()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("%s failed", name)
+            await run_logged(fn, name, logger)
             await asyncio.sleep(current_period())
 
     return asyncio.get_running_loop().create_task(loop(), name=name)
+
+
+async def run_logged(fn: Callable[[], Awaitable[None]], name: str, logger: logging.Logger) -> None:
+    """One run of a periodic loop: an error is logged (the loop goes on), cancellation propagates."""
+    try:
+        await fn()
+    except Exception:  # not CancelledError, a BaseException
+        logger.exception("%s failed", name)
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:

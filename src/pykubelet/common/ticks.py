@@ -25,6 +25,8 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 
+from pykubelet.common.aio import run_logged
+
 # grid points closer than this (relative to the period) count as reached: float error of k * period
 _EPS = 1e-9
 
@@ -59,12 +61,7 @@ def run_on_ticks(
             delay = due - lp.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            try:
-                await fn()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("%s failed", name)
+            await run_logged(fn, name, logger)
             now = lp.time()
             # the next grid point one period on; after an overrun the first one after now (no backlog)
             due = tick_at_or_after(due + period, period)

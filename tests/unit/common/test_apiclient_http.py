@@ -37,6 +37,21 @@ async def serve(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> 
     return server
 
 
+async def gated_server(held: str) -> tuple[TestServer, asyncio.Event, list[str]]:
+    """A server that answers ``{"ok": true}``, requests for ``held`` only once the gate is set;
+    the list gets every path asked, as it arrives."""
+    gate = asyncio.Event()
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.append(request.path)
+        if request.path == held:
+            await gate.wait()
+        return web.json_response({"ok": True})
+
+    return await serve(handler), gate, seen
+
+
 def peer_port(request: web.Request) -> int:
     peer = request.transport.get_extra_info("peername") if request.transport else None
     return int(peer[1]) if peer else -1
@@ -166,16 +181,7 @@ async def test_a_slow_server_times_out_and_the_next_call_still_works() -> None:
 
 
 async def test_a_call_that_waits_for_a_connection_past_its_timeout_fails_and_the_pool_keeps_working() -> None:
-    seen: list[str] = []
-    gate = asyncio.Event()
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        seen.append(request.path)
-        if request.path == "/busy":
-            await gate.wait()
-        return web.json_response({"ok": True})
-
-    server = await serve(handler)
+    server, gate, seen = await gated_server("/busy")
     try:
         async with ApiClient(f"http://127.0.0.1:{server.port}", max_connections=1) as api:
             busy = asyncio.create_task(api.get("/busy"))
@@ -222,14 +228,7 @@ async def test_a_call_cancelled_while_it_waits_for_a_connection_ends_cancelled_w
 
 
 async def test_a_cancelled_call_gives_its_connection_slot_back() -> None:
-    gate = asyncio.Event()
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        if request.path == "/slow":
-            await gate.wait()
-        return web.json_response({"ok": True})
-
-    server = await serve(handler)
+    server, gate, _ = await gated_server("/slow")
     try:
         async with ApiClient(f"http://127.0.0.1:{server.port}", max_connections=1) as api:
             slow = asyncio.create_task(api.get("/slow"))
@@ -324,31 +323,20 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced() -> None:
         server.close()
 
 
-async def test_idle_connections_are_closed_after_the_idle_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http1, "IDLE_TIMEOUT", 0.1)
-    closed: list[int] = []
-    server, port, _ = await raw_server(lambda n, _: ok(), closed=closed)
-    try:
-        async with ApiClient(f"http://127.0.0.1:{port}") as api:
-            await asyncio.gather(*(api.get("/a") for _ in range(3)))
-            await asyncio.sleep(0.5)
-            assert len(closed) == 3  # the client hung up on all three, not the server
-            assert await api.get("/b") == {"ok": True}
-    finally:
-        server.close()
-
-
-async def test_after_a_burst_only_two_idle_connections_wait_for_the_idle_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_idle_connections_close_the_burst_surplus_first_and_the_last_two_after_the_idle_timeout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(http1, "SURPLUS_IDLE_TIMEOUT", 0.1)
+    monkeypatch.setattr(http1, "IDLE_TIMEOUT", 1.0)
     closed: list[int] = []
     server, port, _ = await raw_server(lambda n, _: ok(), closed=closed)
     try:
         async with ApiClient(f"http://127.0.0.1:{port}") as api:
             await asyncio.gather(*(api.get("/a") for _ in range(5)))
             await asyncio.sleep(0.5)
-            assert len(closed) == 3  # the client closed the three surplus ones
-            assert await api.get("/b") == {"ok": True}  # on a kept one
-            assert len(closed) == 3
+            assert len(closed) == 3  # the three beyond the two kept
+            await asyncio.sleep(1.0)
+            assert len(closed) == 5  # the client hung up on all of them, not the server
+            assert await api.get("/b") == {"ok": True}
     finally:
         server.close()
 
