@@ -36,8 +36,9 @@ from typing import Any
 
 import msgspec
 
+from pykubelet.common.jsoncodec import loads as decode  # "what json.loads gives", shared with the API client
+
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder()
 
 
 def encode(obj: Any) -> bytes:
@@ -48,9 +49,4 @@ def encode(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def decode(data: bytes | str) -> Any:
-    """What ``json.loads(data)`` gives for JSON this server wrote."""
-    try:
-        return _decoder.decode(data)
-    except msgspec.DecodeError:  # ValidationError (a number out of range) is one too
-        return json.loads(data)
+__all__ = ["decode", "encode"]
