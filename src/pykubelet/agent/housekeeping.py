@@ -49,6 +49,8 @@ PodForgotten = Callable[[str], None]  # called with the uid of a pod the node no
 ORPHAN_GRACE = 2  # seconds: an orphan's spec is unknown, upstream kills it with a short grace
 MAX_LISTING_AGE = 2.0  # seconds: how old a runtime listing a pass may reuse (the PLEG relists every 1 s)
 LOG_LINKS_PERIOD = 60.0  # upstream ContainerGCPeriod, which removes the stale log links
+# the pod (log) directory steps list at least this often (directory_step_on_change)
+DIRECTORY_RESCAN_PERIOD = 60.0
 
 
 @dataclass
@@ -196,10 +198,48 @@ def remove_pod_log_dirs(pod_logs_dir: Path, known: frozenset[str]) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def directory_step(remove: Callable[[Path, frozenset[str]], None], base: Path) -> HousekeepingStep:
-    """A step that removes the per-pod directories under ``base`` of pods outside ``ctx.known``."""
+def unknown_pod_dirs_left(base: Path, known: frozenset[str]) -> bool:
+    """Whether ``<root>/pods`` still holds a directory of an unknown pod (one ``remove_pod_dirs``
+    left because volumes are still mounted below it)."""
+    try:
+        with os.scandir(base) as entries:
+            return any(e.name not in known and e.is_dir() for e in entries)
+    except OSError:
+        return False
+
+
+def unknown_pod_log_dirs_left(base: Path, known: frozenset[str]) -> bool:
+    """Whether the pod logs directory still holds a ``<namespace>_<name>_<uid>`` directory of an
+    unknown pod (one ``remove_pod_log_dirs`` failed to remove)."""
+    try:
+        with os.scandir(base) as entries:
+            return any(e.name.count("_") >= 2 and e.name.rsplit("_", 1)[-1] not in known
+                       and e.is_dir(follow_symlinks=False) for e in entries)
+    except OSError:
+        return False
+
+
+def directory_step_on_change(remove: Callable[[Path, frozenset[str]], None],
+                             left: Callable[[Path, frozenset[str]], bool], base: Path, *,
+                             period: float = DIRECTORY_RESCAN_PERIOD,
+                             clock: Callable[[], float] = time.monotonic) -> HousekeepingStep:
+    """A housekeeping step that removes the per-pod directories under ``base`` of pods outside
+    ``ctx.known`` (``remove``), in a thread, only when it can find something: when the known pods
+    differ from those of the last pass that left nothing behind (``left``), or ``period`` passed since
+    it (a directory made outside the agent). A directory is made only for a known pod, so with the
+    same known pods the listing finds what it found last time."""
+    clean: tuple[frozenset[str], float] | None = None  # the known pods and time of the last clean pass
+
+    def work(known: frozenset[str]) -> bool:
+        remove(base, known)
+        return not left(base, known)
+
     async def step(ctx: HousekeepingContext) -> None:
-        await asyncio.to_thread(remove, base, ctx.known)
+        nonlocal clean
+        now = clock()
+        if clean is not None and clean[0] == ctx.known and now - clean[1] < period:
+            return
+        clean = (ctx.known, now) if await asyncio.to_thread(work, ctx.known) else None
     return step
 
 

@@ -29,7 +29,7 @@ The agent's own periodic loops (PLEG, housekeeping, runtime check, image GC, CPU
 and the pods' due resyncs start on multiples of their periods on the loop clock (``common.ticks``), so
 an idle node wakes once a second for all of them instead of once per loop and pod. Housekeeping's pod
 and pod-log directory steps list their directory only when the node's known pods changed since a pass
-that left nothing behind, and at least every ``DIRECTORY_RESCAN_PERIOD`` (an idle node's 2-s passes
+that left nothing behind, and at least every ``housekeeping.DIRECTORY_RESCAN_PERIOD`` (an idle node's 2-s passes
 were two thread hops and two directory listings that found nothing, ~1 thread job a second).
 
 Where new subsystems plug in is described in ``interfaces``: ``self.admission.append(handler)``,
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -58,9 +57,12 @@ from pykubelet.agent.config import AgentOptions
 from pykubelet.agent.eviction import EvictionManager, eviction_config
 from pykubelet.agent.housekeeping import (
     Housekeeping,
+    directory_step_on_change,
     log_links_step,
     remove_pod_dirs,
     remove_pod_log_dirs,
+    unknown_pod_dirs_left,
+    unknown_pod_log_dirs_left,
 )
 from pykubelet.agent.images.gc import GCPolicy, ImageGCManager
 from pykubelet.agent.images.manager import ImageManager
@@ -68,7 +70,6 @@ from pykubelet.agent.interfaces import (
     ContainerRuntime,
     EventRecorder,
     HousekeepingContext,
-    HousekeepingStep,
     MirrorClient,
     PodAdmitAttributes,
     PodLifecycleHook,
@@ -100,54 +101,6 @@ from pykubelet.cri import CRIError, pb
 log = logging.getLogger(__name__)
 
 RUNTIME_CHECK_PERIOD = 5.0  # upstream checks the runtime's status every 5 s
-DIRECTORY_RESCAN_PERIOD = 60.0  # the pod (log) directory steps list at least this often (see the docstring)
-
-
-def _unknown_pod_dirs_left(base: Path, known: frozenset[str]) -> bool:
-    """Whether ``<root>/pods`` still holds a directory of an unknown pod (one ``remove_pod_dirs``
-    left because volumes are still mounted below it)."""
-    try:
-        with os.scandir(base) as entries:
-            return any(e.name not in known and e.is_dir() for e in entries)
-    except OSError:
-        return False
-
-
-def _unknown_pod_log_dirs_left(base: Path, known: frozenset[str]) -> bool:
-    """Whether the pod logs directory still holds a ``<namespace>_<name>_<uid>`` directory of an
-    unknown pod (one ``remove_pod_log_dirs`` failed to remove)."""
-    try:
-        with os.scandir(base) as entries:
-            return any(e.name.count("_") >= 2 and e.name.rsplit("_", 1)[-1] not in known
-                       and e.is_dir(follow_symlinks=False) for e in entries)
-    except OSError:
-        return False
-
-
-def directory_step_on_change(remove: Callable[[Path, frozenset[str]], None],
-                             left: Callable[[Path, frozenset[str]], bool], base: Path, *,
-                             period: float = DIRECTORY_RESCAN_PERIOD,
-                             clock: Callable[[], float] = time.monotonic) -> HousekeepingStep:
-    """A housekeeping step that removes the per-pod directories under ``base`` of pods outside
-    ``ctx.known`` (``remove``), in a thread, only when it can find something: when the known pods
-    differ from those of the last pass that left nothing behind (``left``), or ``period`` passed since
-    it (a directory made outside the agent). A directory is made only for a known pod, so with the
-    same known pods the listing finds what it found last time."""
-    clean: tuple[frozenset[str], float] | None = None  # the known pods and time of the last clean pass
-
-    def work(known: frozenset[str]) -> bool:
-        remove(base, known)
-        return not left(base, known)
-
-    async def step(ctx: HousekeepingContext) -> None:
-        nonlocal clean
-        now = clock()
-        if clean is not None and clean[0] == ctx.known and now - clean[1] < period:
-            return
-        clean = (ctx.known, now) if await asyncio.to_thread(work, ctx.known) else None
-    return step
-
-
 class Kubelet:
     def __init__(
         self,
@@ -240,9 +193,9 @@ class Kubelet:
                                    self.cgroups.cleanup_step(lambda: [p for _, p in self.pod_manager.active()]))
         self.housekeeping.add_step("pod volumes", self.volume_manager.cleanup)  # before the pod directories
         self.housekeeping.add_step("pod directories", directory_step_on_change(
-            remove_pod_dirs, _unknown_pod_dirs_left, self.root_dir / "pods"))
+            remove_pod_dirs, unknown_pod_dirs_left, self.root_dir / "pods"))
         self.housekeeping.add_step("pod log directories", directory_step_on_change(
-            remove_pod_log_dirs, _unknown_pod_log_dirs_left, Path(cfg.pod_logs_dir)))
+            remove_pod_log_dirs, unknown_pod_log_dirs_left, Path(cfg.pod_logs_dir)))
         self.housekeeping.add_step("container log links", log_links_step(self.runtime_manager.containers_log_dir))
         self.housekeeping.add_step("back-off entries", self._gc_backoff)
         self.housekeeping.add_step("node usage recount", self._recount_usage)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pykubelet.agent.housekeeping import remove_pod_dirs, remove_pod_log_dirs
-from pykubelet.agent.interfaces import HousekeepingContext
-from pykubelet.agent.kubelet import (
-    _unknown_pod_dirs_left,
-    _unknown_pod_log_dirs_left,
+from pykubelet.agent.housekeeping import (
     directory_step_on_change,
+    remove_pod_dirs,
+    remove_pod_log_dirs,
+    unknown_pod_dirs_left,
+    unknown_pod_log_dirs_left,
 )
+from pykubelet.agent.interfaces import HousekeepingContext
 
 
 def test_log_directories_of_gone_pods_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
@@ -49,7 +50,7 @@ async def test_the_pod_directory_step_lists_only_when_the_known_pods_changed_or_
                 d.rmdir()
 
     now = [0.0]
-    step = directory_step_on_change(remove, _unknown_pod_dirs_left, tmp_path, period=60.0, clock=lambda: now[0])
+    step = directory_step_on_change(remove, unknown_pod_dirs_left, tmp_path, period=60.0, clock=lambda: now[0])
     (tmp_path / "uid-live").mkdir()
     (tmp_path / "uid-gone").mkdir()
     live = HousekeepingContext(desired=frozenset({"uid-live"}), known=frozenset({"uid-live"}))
@@ -77,8 +78,8 @@ def test_leftover_checks_see_only_directories_of_unknown_pods(tmp_path: Path) ->
     (tmp_path / "default_web_uid-live").mkdir()
     (tmp_path / "not-a-pod-dir").mkdir()
     known = frozenset({"uid-live"})
-    assert not _unknown_pod_log_dirs_left(tmp_path, known)
-    assert _unknown_pod_dirs_left(tmp_path, known)  # "not-a-pod-dir" is a pod directory name here
+    assert not unknown_pod_log_dirs_left(tmp_path, known)
+    assert unknown_pod_dirs_left(tmp_path, known)  # "not-a-pod-dir" is a pod directory name here
     (tmp_path / "default_old_uid-gone").mkdir()
-    assert _unknown_pod_log_dirs_left(tmp_path, known)
-    assert not _unknown_pod_dirs_left(tmp_path / "missing", known)
+    assert unknown_pod_log_dirs_left(tmp_path, known)
+    assert not unknown_pod_dirs_left(tmp_path / "missing", known)
