@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pykubelet.agent.cm.podcgroups import QOS_RESYNC_PERIOD, PodCgroupManager
 from pykubelet.agent.interfaces import HousekeepingContext
 from tests.builders import container, pod
@@ -91,3 +93,25 @@ async def test_qos_tiers_follow_a_new_pod_at_the_next_pass_and_are_restored_with
     clock.now += QOS_RESYNC_PERIOD
     await step(_ctx("b1", "b2"))
     assert shares.read_text() == "1536"
+
+
+async def test_an_orphan_cgroup_that_cannot_be_removed_is_tried_again_with_a_back_off_and_one_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    mount = _tree(tmp_path)
+    clock = Clock()
+    m = PodCgroupManager("/pk", mount=str(mount), clock=clock)
+    (mount / "memory" / "pk/kubepods/besteffort/podbusy").mkdir(parents=True)
+    tries: list[float] = []
+
+    def busy(uid: str) -> bool:  # EBUSY: something outside the agent still runs in it
+        tries.append(clock.now)
+        return False
+
+    monkeypatch.setattr(m, "_destroy_sync", busy)
+    start = clock.now
+    for _ in range(40):  # 40 housekeeping passes, 2 s apart
+        await m.cleanup(_ctx())
+        clock.now += 2.0
+    assert [t - start for t in tries] == [0.0, 2.0, 6.0, 14.0, 30.0, 62.0]  # waits 2, 4, 8, 16, 32 s
+    warnings = [r for r in caplog.records if "cannot remove the cgroups of pod busy" in r.getMessage()]
+    assert len(warnings) == 1

@@ -33,6 +33,11 @@ only when a pod leaves the node's known pods (or a removal failed, or something 
 one), so a pass with the same known pods as the last scan that found none skips the scan, and a full
 scan still runs at least every ``QOS_RESYNC_PERIOD`` (upstream lists every 2 s; at 110 pods on cgroup
 v1 that was ~2 ms of a worker thread per pass, the largest part of an idle node's housekeeping).
+An orphan that cannot be removed (``EBUSY``: processes still in it, which the agent did not start,
+since its own containers are stopped through the runtime first) is logged once and tried again after
+``ORPHAN_RETRY_FIRST`` seconds, the wait doubling up to ``QOS_RESYNC_PERIOD``: retried with a full
+scan on every pass, one such cgroup cost ~10 % of a core in the executor threads. (Upstream kills
+the processes in an orphan pod cgroup, ``tryKillingCgroupProcesses``, and retries every 2 s.)
 
 All filesystem work runs in a thread (``asyncio.to_thread``). Without root or a cgroup hierarchy
 the manager is a logged no-op.
@@ -62,6 +67,7 @@ QOS_CLASSES = (podutil.QOS_GUARANTEED, podutil.QOS_BURSTABLE, podutil.QOS_BEST_E
 MIN_SHARES = cg.MIN_SHARES
 CPU_PERIOD = cg.DEFAULT_PERIOD_US
 QOS_RESYNC_PERIOD = 60.0  # upstream periodicQOSCgroupUpdateInterval; also the orphan scan's safety net
+ORPHAN_RETRY_FIRST = 2.0  # seconds before an orphan that could not be removed is tried again (doubling)
 
 
 def cpu_shares_for_millis(millis: int) -> int:
@@ -118,6 +124,7 @@ class PodCgroupManager:
         # what the last QoS update and orphan scan saw, and when (see the module docstring)
         self._qos_seen: tuple[frozenset[str], float] | None = None
         self._scan_seen: tuple[frozenset[str], float] | None = None
+        self._stuck: dict[str, tuple[float, float]] = {}  # orphan uid -> (next try, its wait) after a failed removal
         # node allocatable for kubepods (cpu millis, memory bytes), when enforced; set by the kubelet
         self.node_allocatable: dict[str, int] | None = None
         self.node_memory = 0
@@ -310,14 +317,18 @@ class PodCgroupManager:
             except OSError as e2:
                 log.debug("cannot remove cgroup %s: %s", path, e2)
 
-    def _destroy_sync(self, uid: str) -> None:
+    def _destroy_sync(self, uid: str) -> bool:
+        """Remove the pod's cgroups in every hierarchy; whether none is left."""
+        gone = True
         for rel in self._paths_for_uid(uid):
             for hierarchy in self._hierarchies():
                 self._rmtree(hierarchy / rel.strip("/"))
+            if any((h / rel.strip("/")).exists() for h in self._hierarchies()):
+                gone = False
+                continue
             if self.driver is CgroupDriver.SYSTEMD and self.systemd is not None:
-                if any((h / rel.strip("/")).exists() for h in self._hierarchies()):
-                    continue
                 self.systemd.remove_slice(rel.rsplit("/", 1)[-1])
+        return gone
 
     def _paths_for_uid(self, uid: str) -> list[str]:
         return [self._path([*cg.qos_parts(q), f"pod{uid}"]) for q in QOS_CLASSES]
@@ -385,13 +396,27 @@ class PodCgroupManager:
         """Housekeeping step: remove the cgroups of pods the node no longer knows (orphans). Skipped
         while the node knows the same pods as at the last scan that found no orphan (a scan at least
         every ``QOS_RESYNC_PERIOD``)."""
-        if not self.enabled or not self._due(self._scan_seen, ctx.known):
+        if not self.enabled:
             return
         now = self.clock()
-        orphans = [uid for uid in await self.list_pod_uids() if uid not in ctx.known]
-        for uid in orphans:
-            await self.destroy(uid)
-        self._scan_seen = None if orphans else (ctx.known, now)  # a failed removal is retried next pass
+        retry_due = any(now >= at for at, _ in self._stuck.values())
+        if not retry_due and not self._due(self._scan_seen, ctx.known):
+            return
+        stuck: dict[str, tuple[float, float]] = {}
+        for uid in await self.list_pod_uids():
+            if uid in ctx.known:
+                continue
+            at, wait = self._stuck.get(uid, (now, 0.0))
+            if now < at:  # backing off (module docstring)
+                stuck[uid] = (at, wait)
+            elif not await asyncio.to_thread(self._destroy_sync, uid):
+                if not wait:
+                    log.warning("cannot remove the cgroups of pod %s, which the node does not know (processes "
+                                "still in them?); trying again with a back-off up to %.0f s", uid, QOS_RESYNC_PERIOD)
+                wait = min(max(2 * wait, ORPHAN_RETRY_FIRST), QOS_RESYNC_PERIOD)
+                stuck[uid] = (now + wait, wait)
+        self._stuck = stuck
+        self._scan_seen = (ctx.known, now)
 
     async def list_pod_uids(self) -> set[str]:
         if not self.enabled:
