@@ -200,3 +200,67 @@ async def test_exec_sync_sends_the_same_bytes_as_the_message_and_reuses_them() -
     assert sent[0] == (expected, 12.0) and sent[1][0] is sent[0][0]  # built once, reused
     assert sent[2] == (pb.ExecSyncRequest(container_id="c2", cmd=["ls"]).SerializeToString(), None)
     await cri.close()
+
+
+def _configs() -> list[tuple[pb.ContainerConfig, pb.PodSandboxConfig]]:
+    """Empty configs, small ones, and ones whose lengths need 2- and 3-byte varints."""
+    big = {f"label-{i}": "v" * 40 for i in range(400)}  # ~20 kB: a 3-byte length
+    sb = pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name="p", uid="u", namespace="ns", attempt=1),
+                             hostname="p", log_directory="/var/log/pods/ns_p_u", labels={"a": "b", "c": ""},
+                             annotations={"x": "ü"})
+    c = pb.ContainerConfig(metadata=pb.ContainerMetadata(name="c"), image=pb.ImageSpec(image="busybox"),
+                           command=["sh"], args=["-c", "sleep 1"], envs=[pb.KeyValue(key="K", value="V")],
+                           mounts=[pb.Mount(container_path="/etc/hosts", host_path="/tmp/h", readonly=True)],
+                           labels={"io.kubernetes.container.name": "c"}, log_path="c/0.log")
+    return [(pb.ContainerConfig(), pb.PodSandboxConfig()), (c, sb),
+            (pb.ContainerConfig(labels=big), pb.PodSandboxConfig(annotations=big))]
+
+
+def _canonical(message: Any, data: bytes) -> bytes:
+    """``data`` parsed as ``message`` and written again with map entries in key order: the same for
+    two requests with the same fields (a map's entries are written in its table's order, which a
+    copy of the map may not keep)."""
+    parsed = message.FromString(data)
+    assert parsed.ByteSize() == len(data)  # nothing parsed twice or dropped
+    return bytes(parsed.SerializeToString(deterministic=True))
+
+
+@pytest.mark.parametrize("sandbox_id", ["", "s" * 64])
+async def test_create_container_and_run_pod_sandbox_send_the_same_bytes_as_their_messages(sandbox_id: str) -> None:
+    cri = CRIClient("unix:///nonexistent/cri.sock")
+    cri._ensure_channel()
+    assert cri._h2 is not None
+    sent: list[bytes] = []
+
+    async def call(prefix: bytes, request: bytes, seconds: float | None, parse: Any = bytes) -> Any:
+        sent.append(request)
+        if b"CreateContainer" in prefix:
+            return parse(pb.CreateContainerResponse(container_id="c1").SerializeToString())
+        return parse(pb.RunPodSandboxResponse(pod_sandbox_id="s1").SerializeToString())
+
+    cri._h2.call = call  # type: ignore[method-assign]
+    for config, sandbox_config in _configs():
+        for handler in ("", "runc"):
+            assert await cri.run_pod_sandbox(sandbox_config, handler) == "s1"
+            expected = pb.RunPodSandboxRequest(config=sandbox_config, runtime_handler=handler)
+            assert _canonical(pb.RunPodSandboxRequest, sent[-1]) == expected.SerializeToString(deterministic=True)
+        assert await cri.create_container(sandbox_id, config, sandbox_config) == "c1"
+        message = pb.CreateContainerRequest(pod_sandbox_id=sandbox_id, config=config, sandbox_config=sandbox_config)
+        assert _canonical(pb.CreateContainerRequest, sent[-1]) == message.SerializeToString(deterministic=True)
+    await cri.close()
+
+
+async def test_create_container_and_run_pod_sandbox_over_a_grpc_stub_send_their_request_messages() -> None:
+    c, stub, _ = _client_with_stub()
+    config, sandbox_config = _configs()[1]
+    stub.result = pb.CreateContainerResponse(container_id="c1")
+    try:
+        assert await c.create_container("s1", config, sandbox_config) == "c1"
+        assert stub.calls[-1][:2] == ("CreateContainer", pb.CreateContainerRequest(
+            pod_sandbox_id="s1", config=config, sandbox_config=sandbox_config))
+        stub.result = pb.RunPodSandboxResponse(pod_sandbox_id="s1")
+        assert await c.run_pod_sandbox(sandbox_config, "kata") == "s1"
+        assert stub.calls[-1][:2] == ("RunPodSandbox", pb.RunPodSandboxRequest(config=sandbox_config,
+                                                                                runtime_handler="kata"))
+    finally:
+        await c.close()

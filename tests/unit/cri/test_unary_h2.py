@@ -224,3 +224,30 @@ async def test_calls_with_the_same_deadline_share_one_timer_that_still_expires_e
     conn.data_received(_response(enc, 7, b"a") + _response(enc, 9, b"b"))
     assert [await c for c in more] == [b"a", b"b"]
     assert conn._deadlines == {} and handle is not None and handle.cancelled()
+
+
+async def test_calls_with_long_deadlines_started_apart_share_a_timer_that_is_never_early() -> None:
+    conn = _Connection(1024)
+    conn.connection_made(_Transport())  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    calls, started = [], []
+    for _ in range(4):  # each in a loop iteration of its own, a few ms apart
+        before = loop.time()
+        calls.append(asyncio.ensure_future(conn.call(b"\x83\x86", b"\x00\x00\x00\x00\x00", 120.0)))
+        await asyncio.sleep(0)  # the call starts
+        started.append((before, loop.time()))
+        await asyncio.sleep(0.002)
+    assert len(conn._deadlines) <= 2  # one tenth of a second each (the calls may straddle two)
+    assert sum(d.open for d in conn._deadlines.values()) == 4
+    for st in conn.streams.values():
+        assert st.timer is not None
+        before, after = started[(st.id - 1) // 2]
+        assert before + 120.0 <= st.timer.when < after + 120.1 and round(st.timer.when * 10) == st.timer.when * 10
+    short = asyncio.ensure_future(conn.call(b"\x83\x86", b"\x00\x00\x00\x00\x00", 5.0))
+    await asyncio.sleep(0)
+    st = conn.streams[9]
+    assert st.timer is not None and loop.time() + 5.0 <= st.timer.when < loop.time() + 5.002  # a deadline below 10 s: 1 ms
+    enc = hpack.Encoder()
+    conn.data_received(b"".join(_response(enc, sid, b"ok") for sid in (1, 3, 5, 7, 9)))
+    assert [await c for c in [*calls, short]] == [b"ok"] * 5
+    assert conn._deadlines == {}
