@@ -30,6 +30,7 @@ import json
 import os
 import ssl
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -138,6 +139,7 @@ class ApiClient:
         self._auth_for: str | None = None
         self._auth_cached = ""
         self._pool: Http1Pool | None = None
+        self._pool_thread = 0  # threading.get_ident() of the thread whose loop made the pool
         self._watch_session: aiohttp.ClientSession | None = None
         self._tmpfiles: list[str] = []
         self._closing: set[asyncio.Task[None]] = set()
@@ -233,11 +235,16 @@ class ApiClient:
         return self._auth_cached
 
     def _unary_pool(self) -> Http1Pool:
+        """The pool of the running loop. Checked without ``asyncio.get_running_loop()``, which on
+        Python 3.11 makes a getpid(2) system call every time: a loop that is running in this thread
+        is the running loop (one loop runs per thread at a time)."""
         pool = self._pool
-        if pool is None or pool.closed or pool.loop is not asyncio.get_running_loop():
+        if (pool is None or pool.closed or not pool.loop.is_running()
+                or self._pool_thread != threading.get_ident()):
             pool = self._pool = Http1Pool(
                 self._host, self._port, self._ssl if isinstance(self._ssl, ssl.SSLContext) else None,
                 self._max_connections)
+            self._pool_thread = threading.get_ident()
         return pool
 
     def _new_session(self, limit: int) -> aiohttp.ClientSession:

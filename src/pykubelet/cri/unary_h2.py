@@ -866,17 +866,21 @@ class UnaryChannel:
         Per call this is on the path of every exec probe (200/s), so the usual case takes no
         detour: the grpc-timeout field of a deadline seen before comes from a small cache (the
         prober passes the same deadline every time), and a live connection is used without
-        awaiting ``_connection``."""
+        awaiting ``_connection`` or asking asyncio for the running loop."""
         if len(request) > self._max_send:
             raise rpc_error(StatusCode.RESOURCE_EXHAUSTED,
                             f"Sent message larger than max ({len(request)} vs. {self._max_send})")
         block = prefix if seconds is None else self._block(prefix, seconds)
         message = _MESSAGE_HEAD.pack(0, len(request)) + request
-        loop = asyncio.get_running_loop()
+        conn = self._conn
+        if conn is not None and not conn.usable:
+            conn = None
+        # a live connection's loop is the running one: on Python 3.11 ``asyncio.get_running_loop()``
+        # makes a getpid(2) system call every time
+        loop = (conn._loop if conn is not None else None) or asyncio.get_running_loop()
         deadline = None if seconds is None else loop.time() + seconds
         first = 0
-        conn = self._conn
-        if conn is not None and conn.usable:
+        if conn is not None:
             first = 1
             try:
                 return parse(await conn.call(block, message, seconds))

@@ -506,3 +506,24 @@ async def test_watch_events_arrive_whole_however_the_stream_is_cut() -> None:
         assert got == [(e["type"], e["object"]) for e in events]
     finally:
         await server.close()
+
+
+async def test_one_client_answers_on_the_loops_of_two_threads_each_over_connections_of_its_own_loop(
+        echo: tuple[str, list[int]]) -> None:
+    url, _ = echo
+    async with ApiClient(url, token="t") as api:
+        assert (await api.get("/a"))["path"] == "/a"
+        mine = api._pool
+        assert mine is not None and mine.loop is asyncio.get_running_loop()
+
+        def other_thread() -> tuple[str, bool]:
+            async def call() -> tuple[str, bool]:
+                got = await api.get("/b")
+                pool = api._pool
+                return got["path"], pool is not None and pool.loop is asyncio.get_running_loop()
+            return asyncio.run(call())
+
+        assert await asyncio.to_thread(other_thread) == ("/b", True)
+        assert (await api.get("/c"))["path"] == "/c"  # this loop again: a pool of its own, not the other's
+        pool = api._pool
+        assert pool is not None and pool.loop is asyncio.get_running_loop()
