@@ -496,7 +496,7 @@ class RuntimeManager:
         if actions.kill_pod:
             if status.running() or any(s.ready for s in status.sandboxes):
                 await self.kill_pod(pod, status, pod_termination_grace(pod), reason="")
-        else:
+        elif actions.containers_to_kill:  # (a gather of nothing still asks asyncio for the loop: a getpid)
             await asyncio.gather(*(
                 self._kill_container(
                     pod, cid, info.name,
