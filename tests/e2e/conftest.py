@@ -197,7 +197,16 @@ class Cluster:
         return ApiClient.from_kubeconfig(self.kubeconfig)
 
     def logs(self) -> str:
+        """What a failed wait shows: the pods, the latest events and the tails of both logs."""
         out = []
+        for title, args in (("pods", ("get", "pods", "-A", "-o", "wide")),
+                            ("events (latest)", ("get", "events", "-A", "--sort-by=.lastTimestamp"))):
+            try:
+                res = self.kubectl(*args, check=False, timeout=15)
+                text = "\n".join((res.stdout + res.stderr).splitlines()[-40:])
+            except subprocess.TimeoutExpired:
+                text = "(kubectl timed out)"
+            out.append(f"----- {title} -----\n{text}")
         for name in ("server", "agent"):
             p = self.data_dir / "logs" / f"{name}.log"
             if p.exists():

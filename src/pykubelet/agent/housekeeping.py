@@ -10,7 +10,9 @@ else a fresh one:
    sandboxes; a pod still syncing that left the config is told to terminate;
 2. kills and removes runtime pods nobody asked for (orphans, e.g. pods deleted while the agent was
    down), each in its own task so a slow kill never delays the pass;
-3. runs the registered ``HousekeepingStep``s with the sets of pods the node knows: pod cgroups, pod
+3. runs the registered ``HousekeepingStep``s with the sets of pods the node knows (taken after the
+   awaits of 1. and 2.; the sync loop hands no pod update over until the steps are done, so no pod
+   is added behind their backs, as in upstream's syncLoop, which runs both): pod cgroups, pod
    directories and pod log directories of unknown pods, ``/var/log/containers`` links of containers
    the runtime no longer has (once a minute, with container GC, as upstream), back-off entries. A new
    subsystem that leaves debris per pod adds a step here; a step whose upstream counterpart runs less
@@ -77,6 +79,8 @@ class Housekeeping:
         self._forget = list(on_pod_forgotten or [])
         self._orphan_kills: dict[str, asyncio.Task[None]] = {}
         self._removed_at = 0.0  # when housekeeping last removed a pod's containers (older listings are stale)
+        self._pass_done = asyncio.Event()  # clear while a pass's steps run (``wait_for_pass``)
+        self._pass_done.set()
         self.runs = 0
 
     def add_step(self, name: str, fn: HousekeepingStep) -> None:
@@ -91,28 +95,42 @@ class Housekeeping:
 
     async def run(self) -> None:
         self.runs += 1
-        desired = self.pods.uids()
-        await self._forget_finished(desired)
+        await self._forget_finished(self.pods.uids())
         listing = await self._listing()
-        # set differences first: the Python work of a pass grows with the pods out of place, not all pods
-        for uid in listing.pods.keys() - desired - self._orphan_kills.keys():
-            if self.workers.get(uid) is not None:
-                continue
-            self._orphan_kills[uid] = asyncio.get_running_loop().create_task(
-                self._remove_orphan(uid), name=f"orphan-{uid}")
-        ctx = HousekeepingContext(
-            desired=frozenset(desired),
-            known=frozenset(desired | set(self.workers.known_uids()) | set(listing.pods)),
-            runtime_container_ids=listing.container_ids,
-            listed_at=listing.listed_at,
-        )
-        for step in self._steps:
-            try:
-                await step.fn(ctx)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("housekeeping step %s failed", step.name)
+        # From the snapshot of the node's pods to the last step no pod may be added (the sync loop
+        # waits in ``wait_for_pass``): a pod added after the snapshot would be "unknown" to the steps
+        # while its first sync makes its probe workers, directories and cgroup, and they would remove
+        # them. Upstream's syncLoop runs HandlePodCleanups and pod additions in one goroutine.
+        self._pass_done.clear()
+        try:
+            desired = self.pods.uids()
+            # set differences first: the Python work of a pass grows with the pods out of place
+            for uid in listing.pods.keys() - desired - self._orphan_kills.keys():
+                if self.workers.get(uid) is not None:
+                    continue
+                self._orphan_kills[uid] = asyncio.get_running_loop().create_task(
+                    self._remove_orphan(uid), name=f"orphan-{uid}")
+            ctx = HousekeepingContext(
+                desired=frozenset(desired),
+                known=frozenset(desired | set(self.workers.known_uids()) | set(listing.pods)),
+                runtime_container_ids=listing.container_ids,
+                listed_at=listing.listed_at,
+            )
+            for step in self._steps:
+                try:
+                    await step.fn(ctx)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("housekeeping step %s failed", step.name)
+        finally:
+            self._pass_done.set()
+
+    async def wait_for_pass(self) -> None:
+        """Return when no pass is between its snapshot of the node's pods and the end of its steps
+        (at once, nearly always: a pass's steps take a few milliseconds)."""
+        if not self._pass_done.is_set():
+            await self._pass_done.wait()
 
     async def _listing(self) -> RuntimeListing:
         """The runtime's last listing (the PLEG's, at most ``MAX_LISTING_AGE`` old) when it was taken

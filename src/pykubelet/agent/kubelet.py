@@ -413,6 +413,7 @@ class Kubelet:
         while True:
             update = await self.updates.get()
             self._loop_active = time.monotonic()
+            await self.housekeeping.wait_for_pass()  # no pod added while housekeeping's steps run
             if not self._runtime_ready.is_set():
                 # upstream syncLoop: "skipping pod synchronization" while the runtime is down, so the
                 # node controller's Ready=False on our pods is not overwritten with a stale Ready=True

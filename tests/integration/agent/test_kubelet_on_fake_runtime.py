@@ -331,3 +331,32 @@ async def test_a_static_pod_whose_mirror_was_refused_gets_it_soon_not_at_the_nex
     harness.kubelet.mark_source_ready("file")
     assert await eventually(lambda: mirror.mirrors.get(("default", "etcd")), timeout=20)
     assert mirror.calls == 3
+
+
+async def test_a_pod_added_while_housekeeping_runs_starts_after_the_pass_and_keeps_its_probes(
+        harness: Harness) -> None:
+    # A pass removes what belongs to no pod it knows of: a pod added in the middle of one would lose
+    # its probe workers (and directories, cgroup) to it. The sync loop waits for the pass instead.
+    k = await harness.start()
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_step(ctx: object) -> None:
+        if not release.is_set():
+            entered.set()
+            await release.wait()
+
+    k.housekeeping.add_step("slow", slow_step)
+    await harness.add(node_pod("first", [busybox("a")]))  # the sources are ready: passes run
+    await asyncio.wait_for(entered.wait(), 10)
+    probe = {"exec": {"command": ["true"]}, "periodSeconds": 1}
+    late = node_pod("late", [{**busybox("app"), "readinessProbe": probe, "livenessProbe": probe}])
+    await harness.add(late)
+    await asyncio.sleep(0.5)
+    uid = late["metadata"]["uid"]
+    assert uid not in k.pod_manager and harness.api_status(late).get("phase") == "Pending"
+    release.set()
+    await eventually(lambda: harness.api_status(late).get("phase") == "Running"
+                     and {c["type"]: c["status"] for c in harness.api_status(late)["conditions"]}["Ready"] == "True")
+    runs = k.housekeeping.runs
+    await eventually(lambda: k.housekeeping.runs >= runs + 2)
+    assert sorted(w.probe_type.value for w in k.probes.workers() if w.uid == uid) == ["Liveness", "Readiness"]
