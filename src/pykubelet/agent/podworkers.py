@@ -1,9 +1,12 @@
 """Pod workers: one asyncio task per pod, serial per pod, parallel across pods (upstream pod_workers.go).
 
-Modelled on kopf's ``reactor/queueing.py``: each pod uid has its own pending slot and wake-up event
-and a single worker task that drains it, so work for one pod is strictly serial while different pods
-progress concurrently. Updates arriving while a sync runs are *coalesced* (latest wins): the worker
-picks up only the newest one when the current sync returns.
+Modelled on kopf's ``reactor/queueing.py``: each pod uid has its own pending slot and at most one
+worker task that drains it, so work for one pod is strictly serial while different pods progress
+concurrently. Updates arriving while a sync runs are *coalesced* (latest wins): the worker picks up
+only the newest one when the current sync returns. Like upstream's ``podWorkerLoop`` goroutine, which
+sleeps on its channel, the worker exists only while there is work: ``update_pod`` starts it when none
+runs, and it ends when its slot is empty. An idle pod thus keeps no task, coroutine, event or future
+(~3 kB each, 0.33 MB of the agent's heap with 110 pods), only its resync timer.
 
 Lifecycle follows upstream's podSyncStatus state machine:
 
@@ -106,14 +109,13 @@ class PodSyncer(Protocol):
     async def sync_terminated_pod(self, pod: Pod) -> None: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class PodSyncStatus:
     uid: str
     pod: Pod
     mirror_pod: Pod | None = None
     pending: UpdatePodOptions | None = None
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Task[None] | None = None  # the worker, while there is work (None when idle)
     first_seen: float = field(default_factory=time.monotonic)
     terminating_at: float | None = None
     terminated_at: float | None = None
@@ -201,7 +203,6 @@ class PodWorkers:
                 self._terminating(uid)
         if st.pending is None or opts.update_type != SyncPodType.SYNC:
             st.pending = opts
-        st.wake.set()
         # (never from the worker's own task: its sync sees the termination when it returns)
         if (cancel and st.cancellable and not st.cancel_asked and st.task is not None and not st.task.done()
                 and st.task is not asyncio.current_task()):
@@ -270,53 +271,53 @@ class PodWorkers:
 
     # -- the worker ------------------------------------------------------------------------
     async def _worker(self, st: PodSyncStatus) -> None:
-        while not st.finished:
-            await st.wake.wait()
-            st.wake.clear()
-            opts = st.pending
-            st.pending = None
-            if opts is None:
-                continue
-            state = st.state
-            st.syncing = True
-            t0 = time.monotonic()
-            try:
-                if state is PodWorkerState.SYNCING:
-                    result = await self._run_cancellable(
-                        st, self.syncer.sync_pod(opts.update_type, st.pod, st.mirror_pod))
-                    if result is None:  # cancelled: the pod became terminating meanwhile
-                        self._kick(st)
-                        continue
-                    metrics.POD_WORKER_DURATION.labels(opts.update_type.value).observe(time.monotonic() - t0)
-                    if result.terminal and st.terminating_at is None:
-                        st.terminating_at = time.monotonic()
-                        self._terminating(st.uid)
+        """Drain the pod's slot, then end: the next ``update_pod`` starts a new worker."""
+        try:
+            while not st.finished and (opts := st.pending) is not None:
+                st.pending = None
+                state = st.state
+                st.syncing = True
+                t0 = time.monotonic()
+                try:
+                    if state is PodWorkerState.SYNCING:
+                        result = await self._run_cancellable(
+                            st, self.syncer.sync_pod(opts.update_type, st.pod, st.mirror_pod))
+                        if result is None:  # cancelled: the pod became terminating meanwhile
+                            self._kick(st)
+                            continue
+                        metrics.POD_WORKER_DURATION.labels(opts.update_type.value).observe(time.monotonic() - t0)
+                        if result.terminal and st.terminating_at is None:
+                            st.terminating_at = time.monotonic()
+                            self._terminating(st.uid)
+                            self._kick(st)
+                        else:
+                            self._schedule_next(st, result.requeue_after)
+                    elif state is PodWorkerState.TERMINATING:
+                        done = await self._run_cancellable(st, self._terminate(st))
+                        if done is None:  # cancelled: run again with the shortened grace period
+                            self._kick(st)
+                            continue
+                        st.terminated_at = time.monotonic()
                         self._kick(st)
                     else:
-                        self._schedule_next(st, result.requeue_after)
-                elif state is PodWorkerState.TERMINATING:
-                    done = await self._run_cancellable(st, self._terminate(st))
-                    if done is None:  # cancelled: run again with the shortened grace period
-                        self._kick(st)
-                        continue
-                    st.terminated_at = time.monotonic()
-                    self._kick(st)
-                else:
-                    await self.syncer.sync_terminated_pod(st.pod)
-                    st.finished = True
-                    if self._pods.get(st.uid) is st:
-                        self._finished.add(st.uid)
-                st.errors = 0
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                st.errors += 1
-                delay = min(self.max_retry_delay, 0.5 * (2 ** min(st.errors, 6)))
-                log.warning("pod %s: %s failed (retry in %.1fs): %s", st.uid, state, delay, e, exc_info=True)
-                self._schedule(st, delay)
-            finally:
-                st.syncing = False
-                st.last_sync = time.time()
+                        await self.syncer.sync_terminated_pod(st.pod)
+                        st.finished = True
+                        if self._pods.get(st.uid) is st:
+                            self._finished.add(st.uid)
+                    st.errors = 0
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    st.errors += 1
+                    delay = min(self.max_retry_delay, 0.5 * (2 ** min(st.errors, 6)))
+                    log.warning("pod %s: %s failed (retry in %.1fs): %s", st.uid, state, delay, e, exc_info=True)
+                    self._schedule(st, delay)
+                finally:
+                    st.syncing = False
+                    st.last_sync = time.time()
+        finally:
+            if st.task is asyncio.current_task():
+                st.task = None  # an idle pod keeps no task
 
     async def _terminate(self, st: PodSyncStatus) -> bool:
         await self.syncer.sync_terminating_pod(st.pod, st.grace)
@@ -352,5 +353,4 @@ class PodWorkers:
 
     def _kick(self, st: PodSyncStatus) -> None:
         if st.pending is None:
-            st.pending = UpdatePodOptions(SyncPodType.SYNC, st.pod)
-        st.wake.set()
+            st.pending = UpdatePodOptions(SyncPodType.SYNC, st.pod)  # the running worker takes it

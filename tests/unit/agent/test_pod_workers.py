@@ -231,3 +231,22 @@ async def test_resyncs_due_on_the_relist_tick_start_on_whole_ticks() -> None:
     assert all(abs(when - round(when)) < 1e-6 for when in whens)
     assert len(set(round(when) for when in whens)) > 10  # still spread over the window
     await w.stop()
+
+
+async def test_an_idle_pod_keeps_no_worker_task_and_its_next_update_still_syncs_it_alone() -> None:
+    s = Syncer()
+    w = PodWorkers(s, resync_interval=100.0)
+    w.update_pod(update(SyncPodType.CREATE, "a"))
+    await until(lambda: idle(w, "uid-a") and bool(s.syncs_of("uid-a")))
+    await asyncio.sleep(0)  # the worker ends once its slot is empty
+    st = w.get("uid-a")
+    assert st is not None and st.task is None and st.timer is not None  # only the resync timer is left
+    s.gate.clear()
+    for gen in (1, 2, 3):  # the first starts a worker; the others wait for it and are coalesced
+        w.update_pod(update(SyncPodType.UPDATE, "a", gen))
+    await until(lambda: s.total_active == 1)
+    w.update_pod(update(SyncPodType.UPDATE, "a", 4))
+    s.gate.set()
+    await until(lambda: ("sync", "uid-a", 4) in s.calls and idle(w, "uid-a"))
+    assert s.syncs_of("uid-a") == [0, 3, 4] and s.max_active["uid-a"] == 1
+    await w.stop()

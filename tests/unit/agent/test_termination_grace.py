@@ -114,11 +114,12 @@ async def test_stopping_the_workers_while_a_deletion_cancels_a_sync_ends_the_wor
     await asyncio.wait_for(s.started.wait(), 5)
     st = w.get("uid-p")
     assert st is not None and st.task is not None
+    task = st.task
     # the deletion's cancellation and the agent's shutdown reach the worker together
     w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, graced(deletionTimestamp="t", deletionGracePeriodSeconds=0)))
-    st.task.cancel()  # what ``stop`` does to each worker, before the worker ran again
-    await asyncio.wait([st.task], timeout=5)
-    assert st.task.cancelled() and s.graces == [] and s.syncs_finished == 0
+    task.cancel()  # what ``stop`` does to each worker, before the worker ran again
+    await asyncio.wait([task], timeout=5)
+    assert task.cancelled() and s.graces == [] and s.syncs_finished == 0
     await w.stop()
 
 
@@ -128,8 +129,10 @@ async def test_a_deleted_pods_sync_cancellation_leaves_the_worker_running_its_ne
     w.update_pod(UpdatePodOptions(SyncPodType.CREATE, graced()))
     await asyncio.wait_for(s.started.wait(), 5)
     st = w.get("uid-p")
-    assert st is not None
+    assert st is not None and st.task is not None
+    task = st.task  # the worker that runs the termination too
     w.update_pod(UpdatePodOptions(SyncPodType.UPDATE, graced(deletionTimestamp="t", deletionGracePeriodSeconds=0)))
     await asyncio.wait_for(s.terminated.wait(), 5)
-    assert st.task is not None and not st.task.cancelling()  # the withdrawn cancellation left nothing behind
+    await asyncio.wait_for(task, 5)  # it ends normally once the pod is terminated
+    assert not task.cancelled() and not task.cancelling()  # the withdrawn cancellation left nothing behind
     await w.stop()
