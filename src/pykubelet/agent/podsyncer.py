@@ -145,6 +145,17 @@ class _StatusInputs:
                 and self.probes == other.probes and self.host_ips == other.host_ips)
 
 
+# a status of just that phase, one shared dict per phase (read only, like every pod object here)
+_PHASE_ONLY: dict[str, JSONObj] = {p: {"phase": p} for p in ("Pending", "Running", "Succeeded", "Failed", "Unknown")}
+
+
+def _phase_only(phase: object) -> JSONObj:
+    """A status holding ``phase`` alone (none when it is None)."""
+    if isinstance(phase, str):
+        return _PHASE_ONLY.get(phase) or {"phase": phase}
+    return {} if phase is None else {"phase": phase}
+
+
 class PodSyncer:
     """Implements ``podworkers.PodSyncer`` for the kubelet."""
 
@@ -217,7 +228,7 @@ class PodSyncer:
             p = {**pod, "status": cached}
         return generate_api_status(
             p, status, reasons=self.runtime.reasons_for(uid), host_ips=self.host_ips,
-            qos_class=podutil.qos_class(pod), pod_is_terminal=terminal, probes=self._feed_probes(p, status),
+            qos_class=podutil.qos_class(pod), pod_is_terminal=terminal, probes=self._feed_probes(pod, cached, status),
         )
 
     def _update_status(self, pod: Pod, rt: RuntimePodStatus) -> JSONObj:
@@ -230,14 +241,13 @@ class PodSyncer:
         """
         uid = pod_uid(pod)
         cached = self.statuses.peek_pod_status(uid)
-        p = pod if cached is None else {**pod, "status": cached}
         inputs = _StatusInputs(rt, pod, self.statuses.version(uid), self.runtime.reasons_for(uid),
-                               self._feed_probes(p, rt), tuple(self.host_ips))
+                               self._feed_probes(pod, cached, rt), tuple(self.host_ips))
         if cached is not None and inputs.same_as(self._unchanged.get(uid)):
             return cached
         status = generate_api_status(
-            p, rt, reasons=inputs.reasons, host_ips=self.host_ips, qos_class=podutil.qos_class(pod),
-            probes=inputs.probes,
+            pod if cached is None else {**pod, "status": cached}, rt, reasons=inputs.reasons,
+            host_ips=self.host_ips, qos_class=podutil.qos_class(pod), probes=inputs.probes,
         )
         if self.statuses.set_pod_status(pod, status, handed_over=True):  # only read from here on
             self._unchanged.pop(uid, None)
@@ -245,15 +255,23 @@ class PodSyncer:
             self._unchanged[uid] = inputs
         return status
 
-    def _feed_probes(self, pod: Pod, status: RuntimePodStatus) -> dict[str, tuple[bool, bool]]:
-        """Give the prober the runtime view, return name → (started, ready) for probed containers."""
+    def _feed_probes(self, pod: Pod, cached: JSONObj | None,
+                     status: RuntimePodStatus) -> dict[str, tuple[bool, bool]]:
+        """Give the prober the runtime view, return name → (started, ready) for probed containers.
+
+        The prober keeps the pod it is given until the next sync and reads of its status only the
+        phase (a terminal pod's probes stop), which is the cached status's (upstream's workers ask the
+        status manager). It gets the pod with that phase alone: with the whole cached status it
+        kept the previous generated status (~2.3 kB) alive next to the status manager's new one
+        until the pod's next sync (a minute for an idle pod)."""
         uid = pod_uid(pod)
         views: dict[str, tuple[str, bool, float | None]] = {}
         for c in probe_containers(pod):
             cs = status.find_container(c.get("name", ""))
             if cs is not None:
                 views[cs.name] = (cs.id, cs.state is ContainerState.RUNNING, cs.started_at or None)
-        self.probes.update_pod_status(pod, views, (status.ips or [""])[0])
+        seen = pod if cached is None else {**pod, "status": _phase_only(cached.get("phase"))}
+        self.probes.update_pod_status(seen, views, (status.ips or [""])[0])
         return {n: (self.probes.is_started(uid, n), self.probes.is_ready(uid, n)) for n in views}
 
     def _probe_kill(self, pod: Pod) -> ProbeKillFunc:
