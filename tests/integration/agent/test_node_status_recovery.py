@@ -4,6 +4,7 @@ API unreachable), against the dev API server and the fake CRI runtime."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,32 @@ async def test_a_lease_that_renews_again_after_failures_asks_for_a_status_update
         await lease.stop()
     assert recovered == [1]  # once, at the first renewal after the failures
     assert api.timeouts == {7.0}
+
+
+async def test_lease_renewals_come_on_whole_seconds_never_later_than_the_interval() -> None:
+    api = _FlakyApi(failures=0)
+    loop = asyncio.get_running_loop()
+    starts: list[float] = []
+    three = asyncio.Event()
+    answer = api.request
+
+    async def timed(method: str, path: str, **kw: Any) -> dict[str, Any]:
+        if method != "GET":
+            starts.append(loop.time())
+            if len(starts) == 3:
+                three.set()
+        return await answer(method, path, **kw)
+
+    api.request = timed  # type: ignore[method-assign]
+    lease = LeaseController(api, "node-1", renew_interval=1.0)  # type: ignore[arg-type]
+    lease.start()
+    try:
+        await asyncio.wait_for(three.wait(), 5.0)
+    finally:
+        await lease.stop()
+    # the first at once; then on the grid the PLEG relist wakes the loop on, at most 1 s apart
+    assert all(b - a <= 1.0 + 0.05 for a, b in itertools.pairwise(starts))
+    assert all(abs(t - round(t)) < 0.05 for t in starts[1:])
 
 
 def test_heartbeat_calls_time_out_like_upstreams_heartbeat_client() -> None:

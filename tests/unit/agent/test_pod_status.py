@@ -12,6 +12,7 @@ import pytest
 
 from pykubelet.agent.status.generate import generate_api_status, rfc3339
 from pykubelet.agent.status.manager import StatusManager, status_equal
+from pykubelet.common.apiclient import ApiError
 from tests.builders import NOW, POD_IP, container, exited, pod, pod_path, running, runtime_status, sandbox
 from tests.fakes import FakeApi
 
@@ -345,6 +346,32 @@ async def test_status_manager_background_loop() -> None:
         assert api.objects[pod_path(p)]["status"]["phase"] == "Running" and len(api.patched) >= 2
     finally:
         await sm.stop()
+
+
+async def test_a_failed_status_write_is_retried_on_the_reconcile_ticker() -> None:
+    p = pod(containers=["a"])
+    api = api_with(p)
+    loop = asyncio.get_running_loop()
+    tries: list[float] = []
+    three = asyncio.Event()
+
+    async def failing_patch(path: str, body: Any, patch_type: str = "merge", params: Any = None) -> dict[str, Any]:
+        tries.append(loop.time())
+        if len(tries) == 3:
+            three.set()
+        raise ApiError(503, "ServiceUnavailable", "the API server is restarting")
+
+    api.patch = failing_patch  # type: ignore[method-assign]
+    sm = StatusManager(api, reconcile_period=0.1)
+    sm.start()
+    try:
+        await asyncio.sleep(0.03)  # off the grid
+        sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
+        await asyncio.wait_for(three.wait(), 5)
+    finally:
+        await sm.stop()
+    # the write at once; the retries on multiples of the period of the loop clock (shared wake-ups)
+    assert all(-0.001 < t - round(t / 0.1) * 0.1 < 0.03 for t in tries[1:])
 
 
 def test_status_equal_ignores_timestamps() -> None:

@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from pykubelet.common.aio import cancel_and_wait
-from pykubelet.common.ticks import run_on_ticks, tick_at_or_after
+from pykubelet.common.ticks import due_on_sync_tick, run_on_ticks, tick_at_or_after
 
 
 def test_a_due_time_is_rounded_up_to_the_grid() -> None:
@@ -17,6 +17,33 @@ def test_a_due_time_is_rounded_up_to_the_grid() -> None:
     assert tick_at_or_after(4.0, 1.0) == 4.0
     assert tick_at_or_after(3 * 0.3, 0.3) == pytest.approx(0.9)  # float error never skips a grid point
     assert tick_at_or_after(7.25, 0.0) == 7.25  # no grid: the time itself
+
+
+def test_a_heartbeat_is_due_on_a_whole_second_never_later_than_its_period() -> None:
+    assert due_on_sync_tick(3.4, 10.0) == 13.0  # rounded down: 9.6 s, not 10.6 s
+    assert due_on_sync_tick(13.0005, 10.0) == 23.0  # once on the grid, a period apart
+    assert due_on_sync_tick(3.4, 1.0) == 4.0
+    assert due_on_sync_tick(3.4, 0.25) == pytest.approx(3.65)  # shorter than the grid: not rounded
+
+
+async def test_a_period_read_from_a_setting_applies_from_the_next_run() -> None:
+    loop = asyncio.get_running_loop()
+    starts: list[float] = []
+    period = 0.05
+
+    async def record() -> None:
+        nonlocal period
+        starts.append(loop.time())
+        period = 0.1
+
+    task = run_on_ticks(record, lambda: period, name="setting", first_delay=0)
+    try:
+        await asyncio.sleep(0.38)
+    finally:
+        await cancel_and_wait(task)
+    assert len(starts) >= 3
+    assert all(b - a > 0.08 for a, b in itertools.pairwise(starts[1:]))
+    assert all(-0.001 < t - round(t / 0.1) * 0.1 < 0.02 for t in starts[1:])
 
 
 async def test_loops_with_periods_dividing_one_another_start_on_the_same_ticks() -> None:

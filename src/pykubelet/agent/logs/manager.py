@@ -2,7 +2,8 @@
 
 Design: the runtime (containerd) writes each container's stdout/stderr to the CRI log file
 ``<podLogsDir>/<ns>_<pod>_<uid>/<container>/<restart>.log`` and never rotates it; the kubelet does.
-Every ``containerLogMonitorInterval`` (10 s by default) the manager lists the RUNNING containers over
+Every ``containerLogMonitorInterval`` (10 s by default; runs on multiples of it on the loop clock,
+``common.ticks``, so an idle agent wakes for it with its other loops) the manager lists the RUNNING containers over
 CRI, knows each one's ``log_path`` (see below) and, when the file has reached ``containerLogMaxSize``, rotates
 it. What to do with the files is decided by the pure ``plan_rotation`` (unit-tested); the manager
 only executes the plan, with all blocking file work (stat, rename, gzip, unlink) in a worker thread
@@ -50,8 +51,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pykubelet.common.aio import cancel_and_wait, run_every
+from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.quantity import parse_quantity
+from pykubelet.common.ticks import run_on_ticks
 from pykubelet.cri import CRIError, pb
 
 log = logging.getLogger(__name__)
@@ -191,7 +193,7 @@ class ContainerLogManager:
     def start(self) -> None:
         if not self.enabled or self._task is not None:
             return
-        self._task = run_every(self.rotate_logs, self.interval, name="container-log-manager", log=log)
+        self._task = run_on_ticks(self.rotate_logs, self.interval, name="container-log-manager", log=log)
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -15,6 +15,9 @@ Every call carries a request timeout (upstream's heartbeat client timeout), so a
 accepts connections but does not answer (paused, overloaded) turns into a retry, not a hang. The
 first renewal that succeeds after failures calls ``on_recovered`` -- the node status manager uses
 it to send the full node status at once, so the node's Lease and its status recover together.
+The next renewal is due ``renew_interval`` after one ends, rounded down onto the agent's 1 s grid
+(``common.ticks.due_on_sync_tick``): never later than the interval (upstream's is the interval plus
+up to 4 % jitter), and it wakes the loop in the same iteration as the PLEG relist, not on its own.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient, ApiError
+from pykubelet.common.ticks import due_on_sync_tick
 
 from .setters import format_micro_time
 
@@ -145,7 +149,9 @@ class LeaseController:
                 self.failures = 0
                 if self.on_recovered is not None:
                     self.on_recovered()
-            await asyncio.sleep(self.renew_interval)
+            loop = asyncio.get_running_loop()
+            now = loop.time()
+            await asyncio.sleep(due_on_sync_tick(now, self.renew_interval) - now)
 
     def start(self) -> None:
         if self._task is None:

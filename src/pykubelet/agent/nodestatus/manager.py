@@ -20,6 +20,9 @@ Design: ``NodeStatusManager`` owns the Node object's lifecycle on behalf of the 
    recover together, within one update period of the API server's return. While the node is not
    Ready the status is re-computed every second (sent only if it changed), so a runtime that comes
    back (containerd restarted by its supervisor) makes the node Ready within about a second.
+   The next update is due a period after one ends, rounded down onto the agent's 1 s grid
+   (``common.ticks.due_on_sync_tick``): never later than the period, and on the loop wake-up of the
+   PLEG relist rather than one of its own.
    Heartbeat requests (node GET/PATCH and the Lease) carry a timeout of
    min(nodeStatusUpdateFrequency, nodeLeaseDurationSeconds) like upstream's heartbeat client,
    floored at 5 s so a loaded machine does not turn slow answers into failures.
@@ -47,6 +50,7 @@ from typing import Any, Protocol, cast
 from pykubelet import KUBERNETES_VERSION
 from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient, ApiError
+from pykubelet.common.ticks import due_on_sync_tick
 
 from ..config import AgentOptions
 from ..interfaces import NodePressureProvider
@@ -410,8 +414,10 @@ class NodeStatusManager:
                 raise
             except Exception:
                 log.exception("node status update failed")
+            loop = asyncio.get_running_loop()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), self.next_update_in())
+                async with asyncio.timeout_at(due_on_sync_tick(loop.time(), self.next_update_in())):
+                    await self._kick.wait()
 
     def next_update_in(self) -> float:
         """Seconds to the next status update: the update period, but at most NOT_READY_RECHECK while

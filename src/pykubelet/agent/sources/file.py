@@ -2,7 +2,8 @@
 
 Design: the folder is re-scanned every ``fileCheckFrequency`` (20 s) instead of using inotify — it
 is portable (macOS dev machines) and a static pod appearing 20 s late is what upstream documents
-anyway.  A scan reads only files whose (mtime, size, inode) changed since the last scan (a cache
+anyway (the first scan at once, then on multiples of the period on the loop clock, ``common.ticks``,
+so an idle agent wakes for it with its other loops).  A scan reads only files whose (mtime, size, inode) changed since the last scan (a cache
 keeps the parsed pods of the others), converts every manifest to a pod (pure: ``manifest_pods``),
 and hands the complete list to ``PodConfig.set("file", ...)``, which turns it into
 ADD/REMOVE/UPDATE.  Because the pod UID is a hash of the manifest, editing a manifest yields a new
@@ -33,9 +34,10 @@ from typing import Any
 
 import yaml
 
-from pykubelet.common.aio import cancel_and_wait, run_every
+from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.labels import CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE_SOURCE
 from pykubelet.common.podspec import default_pod, validate_pod
+from pykubelet.common.ticks import run_on_ticks
 
 from .podconfig import PodConfig
 
@@ -198,7 +200,7 @@ class FileSource:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = run_every(self.sync_once, self.interval, name="static-pod-source", log=log, first_delay=0)
+            self._task = run_on_ticks(self.sync_once, self.interval, name="static-pod-source", log=log, first_delay=0)
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)

@@ -1,6 +1,7 @@
 """Static pods from a URL: ``staticPodURL`` / ``--manifest-url`` (upstream ``pkg/kubelet/config/http.go``).
 
-The third pod source.  Every ``httpCheckFrequency`` (20 s) the URL is fetched with the
+The third pod source.  Every ``httpCheckFrequency`` (20 s; at once, then on multiples of it on the
+loop clock, ``common.ticks``) the URL is fetched with the
 ``staticPodURLHeader`` headers; the body is one Pod or a ``v1/PodList`` (upstream accepts both), in
 JSON or YAML (several YAML documents too, as the file source).  A 200 answer replaces the source's
 pods (an empty body means "no pods"); the pods get the same static defaults as manifests from the
@@ -20,8 +21,9 @@ from typing import Any
 import aiohttp
 import yaml
 
-from pykubelet.common.aio import cancel_and_wait, run_every
+from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.labels import CONFIG_SOURCE_ANNOTATION
+from pykubelet.common.ticks import run_on_ticks
 
 from .file import manifest_pods
 from .podconfig import PodConfig
@@ -91,8 +93,8 @@ class HttpSource:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = run_every(self.sync_once, self.interval, name="static-pod-url-source", log=log,
-                                   first_delay=0)
+            self._task = run_on_ticks(self.sync_once, self.interval, name="static-pod-url-source", log=log,
+                                      first_delay=0)
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)

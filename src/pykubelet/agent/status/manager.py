@@ -8,6 +8,9 @@
   and the answer to each PATCH —, so a pod is rewritten when the watch shows a status that differs
   from ours (upstream's ``needsReconcile``), never after a periodic GET of every pod; every
   ``reconcile_period`` the loop only retries the writes that failed (e.g. while the API was down).
+  That retry runs on a fixed ticker, as upstream's ``syncTicker`` (a wake-up for a write does not move
+  it), whose ticks are multiples of the period on the loop clock (``common.ticks``): an idle agent
+  wakes for it in the same loop iteration as its other 1 s / 10 s loops.
 - writing: merge in conditions owned by others, never move a terminal phase back, then PATCH
   ``pods/<name>/status`` (merge patch carrying ``metadata.uid`` as precondition: a 409 means the pod
   was recreated under the same name, a 404 that it is gone; either way our entry is dropped). The
@@ -36,6 +39,7 @@ from pykubelet.agent.types import JSONObj, Pod
 from pykubelet.common import labels, podutil
 from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.apiclient import ApiClient, ApiError
+from pykubelet.common.ticks import tick_at_or_after
 
 log = logging.getLogger(__name__)
 
@@ -222,12 +226,20 @@ class StatusManager:
         self._task = None
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        period = self.reconcile_period
+        tick = tick_at_or_after(loop.time() + period, period)
         while True:
             try:
-                async with asyncio.timeout(self.reconcile_period):
+                async with asyncio.timeout_at(tick):
                     await self._wake.wait()
             except TimeoutError:
-                pass  # retry what failed to write; what the API holds is compared in reconcile()
+                # retry what failed to write (what the API holds is compared in reconcile()); the
+                # next tick is the next multiple of the period (a missed one is not made up)
+                now = loop.time()
+                tick = tick_at_or_after(now, period)
+                if tick <= now:
+                    tick += period
             self._wake.clear()
             await self.sync_all()
 
