@@ -174,6 +174,36 @@ async def test_housekeeping_spares_a_pod_set_up_after_its_listing(env: Env) -> N
     assert env.vol("uid-new", "kubernetes.io~configmap", "cfg").is_dir()
 
 
+async def test_an_idle_housekeeping_pass_lists_no_pod_directories(env: Env) -> None:
+    env.api.put(CM_PATH, {"metadata": {"name": "cfg"}, "data": {"k": "v"}})
+    await env.manager().prepare_pod(cfg_pod("left"))  # made by an earlier agent, not known to this one
+    vm = env.manager()
+    await vm.prepare_pod(cfg_pod("live"))
+    live = frozenset({"uid-live", "uid-left"})
+    for _ in range(3):
+        await vm.cleanup(HousekeepingContext(desired=live, known=live, listed_at=time.time()))
+    assert vm.disk_listings == 1  # the same known pods and nothing found: no listing again
+    # the pod leaves the node: the next pass lists and removes its volumes
+    gone = frozenset({"uid-live"})
+    await vm.cleanup(HousekeepingContext(desired=gone, known=gone, listed_at=time.time() + 1))
+    assert vm.disk_listings == 2
+    assert list((env.root / "pods" / "uid-left" / "volumes").iterdir()) == []
+    assert env.vol("uid-live", "kubernetes.io~configmap", "cfg").is_dir()
+
+
+async def test_volumes_made_outside_the_agent_go_within_the_rescan_period(env: Env) -> None:
+    env.api.put(CM_PATH, {"metadata": {"name": "cfg"}, "data": {"k": "v"}})
+    vm = env.manager()
+    known = frozenset({"uid-live"})
+    await vm.cleanup(HousekeepingContext(desired=known, known=known, listed_at=time.time()))
+    await env.manager().prepare_pod(cfg_pod("outside"))
+    await vm.cleanup(HousekeepingContext(desired=known, known=known, listed_at=time.time() + 1))
+    assert env.vol("uid-outside", "kubernetes.io~configmap", "cfg").is_dir()  # not looked for yet
+    vm.disk_rescan_period = 0.0
+    await vm.cleanup(HousekeepingContext(desired=known, known=known, listed_at=time.time() + 1))
+    assert list((env.root / "pods" / "uid-outside" / "volumes").iterdir()) == []
+
+
 async def test_container_mounts_come_from_the_mounted_volumes(env: Env) -> None:
     env.api.put(CM_PATH, {"metadata": {"name": "cfg"}, "data": {"k": "v"}})
     vm = env.manager()

@@ -43,7 +43,16 @@ passed to the runtime manager as a plain callable.
 
 ``release_pod(uid)`` (all containers stopped) unmounts and removes every volume of the pod. The
 housekeeping step ``cleanup`` does the same for pods the node no longer knows — including what a
-crashed or restarted agent left behind — and retries teardowns that failed.
+crashed or restarted agent left behind — and retries teardowns that failed. Every volume this process
+sets up is in its desired/actual state before anything is written, and stays there until
+``release_pod``, so the step needs no listing to find those. It lists ``<root>/pods`` (in a thread)
+for what it cannot know otherwise — the reconstruction's leftovers, mounts made outside the agent —
+only when the known pods differ from those of the last listing that found nothing, or
+``DISK_RESCAN_PERIOD`` (60 s) after it, as the pod directory steps do (``housekeeping``): an idle node
+lists nothing every 2 s.
+
+The refresh runs on the loop clock's grid of its period (``common.ticks.run_on_ticks``), so an idle
+agent wakes for it together with its other periodic loops.
 
 After a restart ``start()`` rebuilds the actual state from the directories and
 ``/proc/self/mountinfo`` (upstream's reconstruction): a running pod's next sync finds its volumes
@@ -89,8 +98,9 @@ from pykubelet.agent.volumemanager.types import (
     VolumeState,
 )
 from pykubelet.agent.volumemanager.watchcache import WatchApi, WatchedObjects
-from pykubelet.common.aio import cancel_and_wait, run_every
+from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.procfs import read_meminfo
+from pykubelet.common.ticks import run_on_ticks
 from pykubelet.cri import pb
 
 log = logging.getLogger(__name__)
@@ -98,6 +108,8 @@ log = logging.getLogger(__name__)
 DEFAULT_REFRESH_PERIOD = 60.0
 RETRY_INITIAL = 1.0
 RETRY_MAX = 10.0
+# housekeeping lists <root>/pods at least this often while the known pods do not change
+DISK_RESCAN_PERIOD = 60.0
 FAILED_MOUNT = "FailedMount"
 SIZE_LIMIT_EXCEEDED = "EmptyDirSizeLimitExceeded"
 
@@ -179,11 +191,14 @@ class VolumeManager:
         self._teardown_pending: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self.refresh_counts = {"recomputed": 0, "unchanged": 0}  # volumes, over all refresh passes
+        self.disk_rescan_period = DISK_RESCAN_PERIOD
+        self.disk_listings = 0  # how many times housekeeping listed <root>/pods
+        self._disk_clean: tuple[frozenset[str], float] | None = None  # known pods, time of a clean listing
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         await self.reconstruct()
-        self._task = run_every(self.refresh, self.refresh_period, name="volume-manager-refresh", log=log)
+        self._task = run_on_ticks(self.refresh, self._refresh_period, name="volume-manager-refresh", log=log)
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
@@ -405,7 +420,13 @@ class VolumeManager:
             return uid not in ctx.known and self._touched.get(uid, 0.0) < ctx.listed_at
 
         candidates = {u for u in (*self._actual, *self._desired) if stale(u)}
-        candidates |= {u for u in await asyncio.to_thread(self._uids_on_disk, ctx.known) if stale(u)}
+        now = time.monotonic()
+        clean = self._disk_clean
+        if clean is None or clean[0] != ctx.known or now - clean[1] >= self.disk_rescan_period:
+            self.disk_listings += 1
+            on_disk = await asyncio.to_thread(self._uids_on_disk, ctx.known)
+            self._disk_clean = None if on_disk else (ctx.known, now)
+            candidates |= {u for u in on_disk if stale(u)}
         candidates |= self._teardown_pending
         for uid in sorted(candidates):
             log.info("removing the volumes of pod %s (no longer on this node)", uid)
