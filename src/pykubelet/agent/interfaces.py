@@ -17,8 +17,9 @@ Where a new subsystem plugs in (``agent/main.py`` and ``Kubelet.__init__`` do th
   a retry. ``release_pod`` runs once the pod's containers are all stopped.
 - **housekeeping** — a ``HousekeepingStep`` added to ``Kubelet.housekeeping``: runs every
   housekeeping period once all pod sources are ready, with the sets of pods the node knows.
-- **periodic task** — ``pykubelet.common.aio.run_every(fn, period, name=...)`` in the subsystem's
-  own ``start()``; its ``stop()`` cancels the task.
+- **periodic task** — ``pykubelet.common.ticks.run_on_ticks(fn, period, name=...)`` in the
+  subsystem's own ``start()`` (runs start on multiples of the period on the loop clock, so an idle
+  node's loops share one wake-up a second); its ``stop()`` cancels the task.
 
 Pods are JSON objects (``Pod``) as the API serves them: typed accessors live in
 ``pykubelet.common.podutil``.

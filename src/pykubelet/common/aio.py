@@ -3,8 +3,8 @@
 Every subsystem owns one or more background tasks and must stop them without leaking a task or an
 exception into the caller's shutdown path: cancel, then wait until each task has really finished
 (so nothing runs after ``stop()`` returns), and ignore what the cancelled tasks raised on the way out.
-Periodic work goes through ``run_every`` so that every loop logs its errors, keeps running and stops
-on cancellation the same way. A short-lived child process goes through ``run_child``: a caller that
+Periodic work goes through ``common.ticks.run_on_ticks``, whose runs go through ``run_logged`` here, so
+that every loop logs its errors, keeps running and stops on cancellation the same way. A short-lived child process goes through ``run_child``: a caller that
 is cancelled or times out takes the child down with it, and the child's pipes are read to their end,
 so neither a process nor its transport outlives the call (an unread pipe would otherwise keep the
 transport until the garbage collector closes it, on whatever loop is current then).
@@ -43,37 +43,6 @@ async def run_child(*argv: str, timeout: float | None = None) -> tuple[int, byte
         await asyncio.shield(proc.communicate())
         raise
     return proc.returncode or 0, out, err
-
-
-def run_every(
-    fn: Callable[[], Awaitable[None]],
-    period: float | Callable[[], float],
-    *,
-    name: str,
-    log: logging.Logger | None = None,
-    first_delay: float | None = None,
-) -> asyncio.Task[None]:
-    """Start a task that awaits ``fn()`` every ``period`` seconds until cancelled.
-
-    The periodic loops of the kubelet (housekeeping, resync, relist, log rotation, …) all need the
-    same three properties, as upstream's ``wait.Until``: an error in one run is logged and the next
-    run still happens; cancellation always propagates (``stop()`` must be able to end the loop); the
-    period is measured from the end of one run to the start of the next, so a slow run never piles
-    up. ``period`` may be a callable, read before every sleep, for settings that change at run time.
-    ``first_delay`` (default: one period) is the wait before the first run.
-    """
-    logger = log or logging.getLogger(__name__)
-
-    def current_period() -> float:
-        return period() if callable(period) else period
-
-    async def loop() -> None:
-        await asyncio.sleep(current_period() if first_delay is None else first_delay)
-        while True:
-            await run_logged(fn, name, logger)
-            await asyncio.sleep(current_period())
-
-    return asyncio.get_running_loop().create_task(loop(), name=name)
 
 
 async def run_logged(fn: Callable[[], Awaitable[None]], name: str, logger: logging.Logger) -> None:

@@ -11,8 +11,8 @@ The prober's wake grid (100 ms multiples of the same clock) holds every whole se
 probes these runs add no wake-up at all.
 
 Runs are never piled up: a run that overran its period starts the next one at the first grid point
-after it ended (as ``run_every``, whose other properties it keeps: an error is logged and the loop
-goes on; cancellation propagates). Start to start the period is the configured one (upstream's
+after it ended. As upstream's ``wait.Until``, an error in a run is logged and the loop goes on, and
+cancellation propagates (``stop()`` must be able to end the loop). Start to start the period is the configured one (upstream's
 ``wait.Until`` measures it from the end of a run; with millisecond idle runs the two agree).
 ``tick_at_or_after`` rounds any due time (a pod's jittered resync) up onto a grid the same way
 (upstream's pod workers resync on the sync loop's 1 s ``syncTicker``).
@@ -67,8 +67,8 @@ def run_on_ticks(
     """Start a task that awaits ``fn()`` every ``period`` seconds, each run on a multiple of
     ``period`` of the loop clock (see the module docstring), until cancelled. ``first_delay``
     (default: one period): the first run is at the first grid point at least this far away; 0 runs
-    it at once (then on the grid). ``period`` may be a callable, read after every run (as
-    ``run_every``'s), for settings that change at run time."""
+    it at once (then on the grid). ``period`` may be a callable, read after every run, for
+    settings that change at run time."""
     logger = log or logging.getLogger(__name__)
 
     def current_period() -> float:
