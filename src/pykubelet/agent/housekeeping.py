@@ -51,6 +51,8 @@ PodForgotten = Callable[[str], None]  # called with the uid of a pod the node no
 ORPHAN_GRACE = 2  # seconds: an orphan's spec is unknown, upstream kills it with a short grace
 MAX_LISTING_AGE = 2.0  # seconds: how old a runtime listing a pass may reuse (the PLEG relists every 1 s)
 LOG_LINKS_PERIOD = 60.0  # upstream ContainerGCPeriod, which removes the stale log links
+# the longest the sync loop holds pod updates back for a pass's steps (``wait_for_pass``)
+PASS_WAIT_LIMIT = 5.0
 # the pod (log) directory steps list at least this often (directory_step_on_change)
 DIRECTORY_RESCAN_PERIOD = 60.0
 
@@ -81,6 +83,8 @@ class Housekeeping:
         self._removed_at = 0.0  # when housekeeping last removed a pod's containers (older listings are stale)
         self._pass_done = asyncio.Event()  # clear while a pass's steps run (``wait_for_pass``)
         self._pass_done.set()
+        self._overdue = False  # this pass's steps outlasted PASS_WAIT_LIMIT: updates no longer wait
+        self._running_step = ""
         self.runs = 0
 
     def add_step(self, name: str, fn: HousekeepingStep) -> None:
@@ -117,6 +121,7 @@ class Housekeeping:
                 listed_at=listing.listed_at,
             )
             for step in self._steps:
+                self._running_step = step.name
                 try:
                     await step.fn(ctx)
                 except asyncio.CancelledError:
@@ -124,13 +129,23 @@ class Housekeeping:
                 except Exception:
                     log.exception("housekeeping step %s failed", step.name)
         finally:
+            self._overdue = False
             self._pass_done.set()
 
     async def wait_for_pass(self) -> None:
         """Return when no pass is between its snapshot of the node's pods and the end of its steps
-        (at once, nearly always: a pass's steps take a few milliseconds)."""
-        if not self._pass_done.is_set():
-            await self._pass_done.wait()
+        (at once, nearly always: a pass's steps take a few milliseconds). A step that hangs (an
+        unmount stuck in the kernel) holds pod updates back for ``PASS_WAIT_LIMIT`` once, with a
+        warning; after that they go on for the rest of that pass (the node keeps taking pods)."""
+        if self._pass_done.is_set() or self._overdue:
+            return
+        try:
+            async with asyncio.timeout(PASS_WAIT_LIMIT):
+                await self._pass_done.wait()
+        except TimeoutError:
+            self._overdue = True
+            log.warning("housekeeping step %r has run for over %.0f s: pod updates are handed over "
+                        "while it runs", self._running_step, PASS_WAIT_LIMIT)
 
     async def _listing(self) -> RuntimeListing:
         """The runtime's last listing (the PLEG's, at most ``MAX_LISTING_AGE`` old) when it was taken

@@ -360,3 +360,23 @@ async def test_a_pod_added_while_housekeeping_runs_starts_after_the_pass_and_kee
     runs = k.housekeeping.runs
     await eventually(lambda: k.housekeeping.runs >= runs + 2)
     assert sorted(w.probe_type.value for w in k.probes.workers() if w.uid == uid) == ["Liveness", "Readiness"]
+
+
+async def test_a_housekeeping_step_that_hangs_holds_new_pods_back_only_briefly(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr("pykubelet.agent.housekeeping.PASS_WAIT_LIMIT", 0.3)
+    k = await harness.start()
+    hung = asyncio.Event()
+
+    async def stuck_step(ctx: object) -> None:
+        hung.set()
+        await asyncio.Event().wait()  # an unmount stuck in the kernel
+
+    k.housekeeping.add_step("stuck", stuck_step)
+    await harness.add(node_pod("first", [busybox("a")]))
+    await asyncio.wait_for(hung.wait(), 10)
+    pods = [node_pod(f"next-{i}", [busybox("a")]) for i in range(2)]
+    for pod in pods:
+        await harness.add(pod)
+    await eventually(lambda: all(harness.api_status(p).get("phase") == "Running" for p in pods))
+    assert "housekeeping step 'stuck' has run for over 0 s" in caplog.text
