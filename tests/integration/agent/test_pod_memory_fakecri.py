@@ -9,35 +9,16 @@ from __future__ import annotations
 
 import gc
 import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pykubelet.agent import podsyncer
 from pykubelet.agent.status.generate import generate_api_status
-from pykubelet.cri import CRIClient
-from pykubelet.fakecri.server import serve
-from tests.fakes import FakeApi, eventually
-from tests.integration.agent.test_kubelet_on_fake_runtime import Harness, busybox, node_pod
+from tests.fakes import eventually
+from tests.integration.agent.test_kubelet_on_fake_runtime import Harness, busybox, harness, node_pod
 
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
-    sock = str(tmp_path / "cri.sock")
-    server, _rt = await serve(sock)
-    client = CRIClient(f"unix://{sock}", timeout=10)
-    await client.connect(wait=5)
-    h = Harness(tmp_path, client, FakeApi())
-    h.sync_frequency = 60.0  # no periodic resync in the test: what the pods' start left behind
-    try:
-        yield h
-    finally:
-        if h.kubelet is not None:
-            await h.kubelet.stop()
-        await client.close()
-        await server.stop(0)
+__all__ = ["harness"]  # the fixture, shared with the kubelet tests
 
 
 def _referenced_elsewhere(objs: list[Any]) -> list[Any]:
@@ -59,6 +40,7 @@ async def test_running_pods_keep_one_status_each_and_no_worker_task(
         return status
 
     monkeypatch.setattr(podsyncer, "generate_api_status", generate)
+    harness.sync_frequency = 60.0  # no periodic resync in the test: what the pods' start left behind
     k = await harness.start()
     pods = [node_pod(f"web{i}", [busybox("a")]) for i in range(3)]
     await harness.add(*pods)
