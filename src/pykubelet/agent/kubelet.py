@@ -25,12 +25,12 @@ All state is rebuilt from the runtime (CRI labels/annotations) and the sources, 
 agent re-adopts running containers without restarting them: their spec hash matches and the
 sandbox is ready, so ``compute_pod_actions`` has nothing to do.
 
-The agent's own periodic loops (PLEG, housekeeping, runtime check, image GC, CPU manager reconcile)
-and the pods' due resyncs start on multiples of their periods on the loop clock (``common.ticks``), so
-an idle node wakes once a second for all of them instead of once per loop and pod. Housekeeping's pod
-and pod-log directory steps list their directory only when the node's known pods changed since a pass
-that left nothing behind, and at least every ``housekeeping.DIRECTORY_RESCAN_PERIOD`` (an idle node's 2-s passes
-were two thread hops and two directory listings that found nothing, ~1 thread job a second).
+The agent's own periodic loops (PLEG, housekeeping, runtime check, image GC, CPU manager reconcile) and
+the pods' due resyncs start on multiples of their periods on the loop clock (``common.ticks``), so an
+idle node wakes once a second for all of them instead of once per loop and pod. Housekeeping's pod and
+pod-log directory steps list their directory only when the node's known pods changed since a pass that
+left nothing behind, and at least every ``housekeeping.DIRECTORY_RESCAN_PERIOD`` (an idle node's 2-s
+passes were two thread hops and two directory listings that found nothing, ~1 thread job a second).
 
 Where new subsystems plug in is described in ``interfaces``: ``self.admission.append(handler)``,
 ``self.pod_hooks`` (before containers start), ``self.housekeeping.add_step(name, step)``.

@@ -1,13 +1,14 @@
 """Small asyncio helpers shared by the long-running loops of the agent and the control plane.
 
 Every subsystem owns one or more background tasks and must stop them without leaking a task or an
-exception into the caller's shutdown path: cancel, then wait until each task has really finished
-(so nothing runs after ``stop()`` returns), and ignore what the cancelled tasks raised on the way out.
+exception into the caller's shutdown path: cancel, then wait until each task has really finished (so
+nothing runs after ``stop()`` returns), and ignore what the cancelled tasks raised on the way out.
 Periodic work goes through ``common.ticks.run_on_ticks``, whose runs go through ``run_logged`` here, so
-that every loop logs its errors, keeps running and stops on cancellation the same way. A short-lived child process goes through ``run_child``: a caller that
-is cancelled or times out takes the child down with it, and the child's pipes are read to their end,
-so neither a process nor its transport outlives the call (an unread pipe would otherwise keep the
-transport until the garbage collector closes it, on whatever loop is current then).
+that every loop logs its errors, keeps running and stops on cancellation the same way. A short-lived
+child process goes through ``run_child``: a caller that is cancelled or times out takes the child down
+with it, and the child's pipes are read to their end, so neither a process nor its transport outlives
+the call (an unread pipe would otherwise keep the transport until the garbage collector closes it, on
+whatever loop is current then).
 """
 
 from __future__ import annotations

@@ -10,12 +10,12 @@ the relist's second is also housekeeping's every other second and the runtime ch
 The prober's wake grid (100 ms multiples of the same clock) holds every whole second too, so with
 probes these runs add no wake-up at all.
 
-Runs are never piled up: a run that overran its period starts the next one at the first grid point
-after it ended. As upstream's ``wait.Until``, an error in a run is logged and the loop goes on, and
-cancellation propagates (``stop()`` must be able to end the loop). Start to start the period is the configured one (upstream's
-``wait.Until`` measures it from the end of a run; with millisecond idle runs the two agree).
-``tick_at_or_after`` rounds any due time (a pod's jittered resync) up onto a grid the same way
-(upstream's pod workers resync on the sync loop's 1 s ``syncTicker``).
+Runs are never piled up: a run that overran its period starts the next one at the first grid point after
+it ended. As upstream's ``wait.Until``, an error in a run is logged and the loop goes on, and
+cancellation propagates (``stop()`` must be able to end the loop). Start to start the period is the
+configured one (upstream's ``wait.Until`` measures it from the end of a run; with millisecond idle runs
+the two agree). ``tick_at_or_after`` rounds any due time (a pod's jittered resync) up onto a grid the
+same way (upstream's pod workers resync on the sync loop's 1 s ``syncTicker``).
 
 A loop that keeps its own wait (it also wakes on an event, or backs off after a failure: the node
 status, its Lease, the status manager) takes its next due time from ``due_on_sync_tick``: its period

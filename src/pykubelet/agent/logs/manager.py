@@ -3,11 +3,11 @@
 Design: the runtime (containerd) writes each container's stdout/stderr to the CRI log file
 ``<podLogsDir>/<ns>_<pod>_<uid>/<container>/<restart>.log`` and never rotates it; the kubelet does.
 Every ``containerLogMonitorInterval`` (10 s by default; runs on multiples of it on the loop clock,
-``common.ticks``, so an idle agent wakes for it with its other loops) the manager lists the RUNNING containers over
-CRI, knows each one's ``log_path`` (see below) and, when the file has reached ``containerLogMaxSize``, rotates
-it. What to do with the files is decided by the pure ``plan_rotation`` (unit-tested); the manager
-only executes the plan, with all blocking file work (stat, rename, gzip, unlink) in a worker thread
-so the event loop never waits on the disk.
+``common.ticks``, so an idle agent wakes for it with its other loops) the manager lists the RUNNING
+containers over CRI, knows each one's ``log_path`` (see below) and, when the file has reached
+``containerLogMaxSize``, rotates it. What to do with the files is decided by the pure ``plan_rotation``
+(unit-tested); the manager only executes the plan, with all blocking file work (stat, rename, gzip,
+unlink) in a worker thread so the event loop never waits on the disk.
 
 Upstream behaviour followed (containerLogManager.rotateLog), in this order:
 1. clean up leftovers of an interrupted earlier rotation: ``*.tmp`` files (a half-written gzip) and

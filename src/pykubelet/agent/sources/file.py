@@ -1,12 +1,12 @@
 """Static pods from ``--pod-manifest-path`` / ``staticPodPath`` (upstream ``config/file.go``).
 
-Design: the folder is re-scanned every ``fileCheckFrequency`` (20 s) instead of using inotify — it
-is portable (macOS dev machines) and a static pod appearing 20 s late is what upstream documents
-anyway (the first scan at once, then on multiples of the period on the loop clock, ``common.ticks``,
-so an idle agent wakes for it with its other loops).  A scan reads only files whose (mtime, size, inode) changed since the last scan (a cache
-keeps the parsed pods of the others), converts every manifest to a pod (pure: ``manifest_pods``),
-and hands the complete list to ``PodConfig.set("file", ...)``, which turns it into
-ADD/REMOVE/UPDATE.  Because the pod UID is a hash of the manifest, editing a manifest yields a new
+Design: the folder is re-scanned every ``fileCheckFrequency`` (20 s) instead of using inotify — it is
+portable (macOS dev machines) and a static pod appearing 20 s late is what upstream documents anyway
+(the first scan at once, then on multiples of the period on the loop clock, ``common.ticks``, so an idle
+agent wakes for it with its other loops). A scan reads only files whose (mtime, size, inode) changed
+since the last scan (a cache keeps the parsed pods of the others), converts every manifest to a pod
+(pure: ``manifest_pods``), and hands the complete list to ``PodConfig.set("file", ...)``, which turns it
+into ADD/REMOVE/UPDATE. Because the pod UID is a hash of the manifest, editing a manifest yields a new
 UID: the old pod is REMOVEd and the new one ADDed, exactly like upstream.
 
 Upstream behaviour followed (``config/common.go`` applyDefaults, ``file.go``/``file_linux.go``):
