@@ -16,7 +16,10 @@ cgroups to make).
 2. **start**: ``--pods`` pods (benchmark pod, ``spec.nodeName`` set so the scheduler is not
    measured) created at once through the API; time from the first POST until every pod was seen
    ``Ready`` through one watch. Goal: ≤ 10 s for 1,000 pods and ≤ 2x the raw calls.
-3. **idle hold**: after a settle period, ``--hold`` seconds (default 60) with nothing happening:
+3. **idle hold**: after a settle period, and once the count of Events has stopped growing (the agent
+   writes the ~3 Events a pod it queued during the start at ``eventRecordQPS``, 50 a second; the
+   count at all Ready and when the last was written are recorded), ``--hold`` seconds (default 60)
+   with nothing happening:
    agent CPU (% of one core) and max RSS; fakecri and server for information. Goal ≤ 5 % and
    ≤ 150 MB for 1,000 pods.
 Per pod, the start watch also records when each pod was first seen (created), when the agent's first
@@ -75,6 +78,7 @@ from scale_common import (
 )
 
 from pykubelet.agent.kuberuntime import criconfig
+from pykubelet.common.apiclient import ApiClient
 from pykubelet.cri import CRIClient
 
 IMAGE = "docker.io/library/busybox:1.36"
@@ -145,6 +149,22 @@ async def raw_cri(endpoint: str, n: int, logs_dir: Path) -> tuple[float, float]:
         return time.monotonic() - t0, time.process_time() - c0
     finally:
         await cri.close()
+
+
+async def count_events(api: ApiClient) -> int:
+    return len((await api.list(f"/api/v1/namespaces/{NAMESPACE}/events")).get("items") or [])
+
+
+async def events_drained(api: ApiClient, t0: float, within: float = 120.0) -> tuple[int, float]:
+    """Wait until the count of Events has not grown for 3 s (the agent writes what it queued during the
+    start at ``eventRecordQPS``; an agent still writing them is not idle); the count, and when."""
+    n, since = await count_events(api), time.monotonic()
+    while time.monotonic() - since < 3.0 and time.monotonic() - t0 < within:
+        await asyncio.sleep(1.0)
+        m = await count_events(api)
+        if m != n:
+            n, since = m, time.monotonic()
+    return n, round(since - t0, 1)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -225,6 +245,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for v in result["during_start"].values():
             v["cpu_s"] = round(v["cpu_pct"] * v["seconds"] / 100, 2)
         result["phases"] = phases(marks, t0)
+        result["events_at_all_ready"] = await count_events(api)
         raw_cpu = sum(result["raw_cpu_s"].values())
         agent_cpu = result["during_start"]["agent"]["cpu_s"] + result["during_start"]["fakecri"]["cpu_s"]
         result["cpu_ratio_to_raw"] = round(agent_cpu / raw_cpu, 2) if raw_cpu else None
@@ -237,8 +258,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         log(f"{args.pods} pods Ready in {result['all_ready_s']} s (created in {result['all_created_s']} s; "
             f"{ratio(result['all_ready_s'], result['raw_cri_s'])} the raw CRI calls)")
 
-        # 3. idle hold
+        # 3. idle hold, once the agent wrote the Events it queued during the start (eventRecordQPS)
         await asyncio.sleep(args.settle)
+        result["events_written"], result["events_drained_s"] = await events_drained(api, t0)
+        log(f"Events: {result['events_at_all_ready']} when all were Ready, {result['events_written']} "
+            f"{result['events_drained_s']} s after the first POST")
         sampler = Sampler(pids).start()
         await asyncio.sleep(args.hold)
         result["idle"] = await sampler.stop()
@@ -303,6 +327,9 @@ def report(r: dict[str, Any]) -> None:
     if "cri_calls_per_pod" in r:
         print(f"agent CRI calls per pod over the start: {r['cri_calls_per_pod']}")
         print(f"pod syncs per pod over the start, by update type: {r.get('syncs_per_pod')}")
+    if "events_written" in r:
+        print(f"Events: {r['events_at_all_ready']} written when all pods were Ready, {r['events_written']} "
+              f"in all, the last {r['events_drained_s']:.1f} s after the first POST")
     for name, v in r.get("during_start", {}).items():
         print(f"while starting, {name}: CPU {v['cpu_pct']:.1f} % of one core ({v.get('cpu_s', 0):.1f} CPU-s), "
               f"RSS max {v['rss_max_mb']:.1f} MB")

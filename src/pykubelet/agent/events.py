@@ -7,7 +7,13 @@ bounded in-memory queue and a background task writes it. Like upstream's ``Event
   10 minutes update the existing Event (``count`` + 1, ``lastTimestamp``) with a PATCH instead of
   creating a new one;
 - spam filter: a token bucket per involved object (burst 25, one token per 5 minutes) drops excess;
-- a failed write is retried a few times, then dropped with a log line.
+- a failed write is retried a few times, then dropped with a log line;
+- rate limit: the writes (creations and count PATCHes, retries included) share one token bucket of
+  ``eventRecordQPS`` writes a second after a burst of ``eventBurst`` (kubelet defaults 50 and 100; a
+  QPS of 0 means no limit), as upstream's kubelet builds its event client with that QPS and burst.
+  A burst of pod starts (three events each) then leaves the API server to the pods' own writes:
+  without it a 1,000-pod start wrote ~3,000 Events while the pods' statuses waited behind them, and
+  the queue's bound (below) drops what the limit cannot write in time, as upstream's does.
 
 With ``api=None`` (unit tests) events are only kept in ``recorder.recorded`` (bounded) and logged.
 With an API client nothing is kept there: the Event is in the API, and the last 1,000 events
@@ -43,6 +49,27 @@ SPAM_QPS = 1.0 / 300.0
 DROP_REPORT_INTERVAL = 10.0  # seconds: at most one "event queue full" warning per interval
 
 
+class _WriteLimiter:
+    """client-go's token bucket (``flowcontrol.NewTokenBucketRateLimiter``), as a reservation:
+    ``delay()`` takes a token and says how long to wait before the write it pays for. The bucket
+    holds at most ``burst`` tokens and refills at ``qps`` a second; ``qps <= 0`` means no limit."""
+
+    __slots__ = ("_last", "_tokens", "burst", "qps")
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps = qps
+        self.burst = float(max(1, burst))  # a burst of 0 would refuse every write (rate.Limiter)
+        self._tokens = self.burst
+        self._last = time.monotonic()
+
+    def delay(self, now: float) -> float:
+        if self.qps <= 0:
+            return 0.0
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps) - 1.0
+        self._last = now
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+
 @dataclass(slots=True)
 class _Seen:
     """An Event written in the aggregation window: its name, where, and its count so far."""
@@ -54,8 +81,10 @@ class _Seen:
 
 
 class EventRecorder:
-    def __init__(self, api: Any | None, *, component: str = "kubelet", host: str = "") -> None:
+    def __init__(self, api: Any | None, *, component: str = "kubelet", host: str = "",
+                 qps: float = 50.0, burst: int = 100) -> None:
         self.api = api
+        self._limiter = _WriteLimiter(qps, burst)
         self.component = component
         self.host = host
         self.recorded: collections.deque[tuple[dict[str, Any], str, str, str]] = collections.deque(maxlen=1000)
@@ -155,6 +184,12 @@ class EventRecorder:
                 else:
                     await asyncio.sleep(0.5 * (attempt + 1))
 
+    async def _paced(self) -> None:
+        """Wait for the write's token (``eventRecordQPS`` / ``eventBurst``)."""
+        delay = self._limiter.delay(time.monotonic())
+        if delay > 0:
+            await asyncio.sleep(delay)
+
     async def _write(self, item: dict[str, Any]) -> None:
         api = self.api
         assert api is not None
@@ -167,6 +202,7 @@ class EventRecorder:
             seen.count += 1
             seen.last_seen = item["ts"]
             try:
+                await self._paced()
                 await api.patch(
                     f"/api/v1/namespaces/{seen.namespace}/events/{seen.name}",
                     {"count": seen.count, "lastTimestamp": now},
@@ -193,6 +229,7 @@ class EventRecorder:
             "reportingComponent": self.component,
             "reportingInstance": self.host,
         }
+        await self._paced()
         await api.create(f"/api/v1/namespaces/{ns}/events", body)
         self._seen[key] = _Seen(name, ns, 1, item["ts"])
         if len(self._seen) > 4096:

@@ -140,7 +140,8 @@ async def run_agent(options: AgentOptions, stop: asyncio.Event | None = None, *,
     if runtime is None:  # imageServiceEndpoint, when it differs, gets a gRPC channel of its own
         runtime = runtime_client(options.container_runtime_endpoint, options.image_service_endpoint,
                                  timeout=cfg.runtime_request_timeout, observer=metrics.cri_observer)
-    recorder = EventRecorder(api, component="kubelet", host=options.node_name)
+    recorder = EventRecorder(api, component="kubelet", host=options.node_name,
+                             qps=options.config.event_record_qps, burst=options.config.event_burst)
     async with contextlib.AsyncExitStack() as stack:
         if install_signals:
             _install_signal_handlers(stack, stop)

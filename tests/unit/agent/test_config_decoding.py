@@ -36,9 +36,10 @@ def test_a_value_of_the_wrong_type_is_refused_naming_its_path(doc: dict[str, obj
 
 def test_every_setting_that_fails_validation_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as err:
-        parse_kubelet_config({**HEADER, "port": 0, "maxPods": -1, "cgroupDriver": "x"})
+        parse_kubelet_config({**HEADER, "port": 0, "maxPods": -1, "cgroupDriver": "x", "eventRecordQPS": -1})
     assert str(err.value) == ("config: port: must be between 1 and 65535, got 0; "
-                              "cgroupDriver: must be cgroupfs or systemd, got 'x'; maxPods: must be >= 0, got -1")
+                              "cgroupDriver: must be cgroupfs or systemd, got 'x'; maxPods: must be >= 0, got -1; "
+                              "eventRecordQPS: must be >= 0, got -1")
 
 
 def test_numbers_are_accepted_for_floats_and_durations() -> None:

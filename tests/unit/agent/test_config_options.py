@@ -121,8 +121,10 @@ def test_flags_override_config_file(tmp_path: Path) -> None:
     cfg.write_text(
         f"apiVersion: {API_VERSION}\nkind: {KIND}\nmaxPods: 50\nport: 11250\nstaticPodPath: /from/file\n"
     )
-    o = load_options(["--config", str(cfg), "--max-pods=7", "--pod-manifest-path", "/from/flag"])
+    o = load_options(["--config", str(cfg), "--max-pods=7", "--pod-manifest-path", "/from/flag",
+                      "--event-qps", "5", "--event-burst=10"])
     assert o.config.max_pods == 7  # flag wins
+    assert (o.config.event_record_qps, o.config.event_burst) == (5, 10)
     assert o.config.port == 11250  # file value kept
     assert o.pod_manifest_path == "/from/flag"
     assert o.config_path == cfg

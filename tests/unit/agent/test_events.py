@@ -4,10 +4,11 @@ a repeated event is one Event whose count grows (a PATCH), not a stream of new E
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
-from pykubelet.agent.events import EventRecorder
+from pykubelet.agent.events import EventRecorder, _WriteLimiter
 from tests.builders import pod
 from tests.fakes import FakeApi
 
@@ -74,3 +75,26 @@ async def test_events_written_to_the_api_are_not_also_kept_in_memory() -> None:
     offline = EventRecorder(None, host="node1")
     offline.event(p, "Normal", "Started", "Started container a")
     assert offline.reasons_for("web") == ["Started"]
+
+
+async def test_events_beyond_the_burst_are_written_at_the_event_qps() -> None:
+    api = FakeApi()
+    rec = EventRecorder(api, host="node1", qps=10, burst=2)  # a write every 100 ms after two at once
+    p = pod("web", namespace="ns1", uid="uid-1")
+    for reason in ("Pulled", "Created", "Started"):
+        rec.event(p, "Normal", reason, f"{reason} container c")
+    await rec.flush(wait=0.05)
+    assert [e["reason"] for e in api.created] == ["Pulled", "Created"]
+    await rec.flush()
+    await rec.close()
+    assert [e["reason"] for e in api.created] == ["Pulled", "Created", "Started"]
+
+
+def test_an_event_qps_of_zero_writes_without_waiting() -> None:
+    limiter = _WriteLimiter(0, 0)
+    assert [limiter.delay(100.0) for _ in range(1000)] == [0.0] * 1000
+    limiter = _WriteLimiter(50, 100)
+    now = time.monotonic()
+    assert [limiter.delay(now) for _ in range(100)] == [0.0] * 100
+    assert limiter.delay(now) == pytest.approx(0.02) and limiter.delay(now) == pytest.approx(0.04)
+    assert limiter.delay(now + 10.0) == 0.0  # refilled, never beyond the burst
