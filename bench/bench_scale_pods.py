@@ -33,7 +33,7 @@ CRI calls per pod: the agent's ``kubelet_runtime_operations_total`` (read throug
 divided by the pod count (``cri_calls_per_pod``; the raw baseline makes 5 per pod plus one pull), and
 the pod syncs per pod by update type (``kubelet_pod_worker_duration_seconds_count``: ``syncs_per_pod``).
 
-``--profile-start``: py-spy samples the agent and fakecri over the start window (share of samples
+``--profile-start``: py-spy samples the agent, the server and fakecri over the start window (share of samples
 by function), to see where the per-pod CPU goes.
 
 4. ``--profile SECONDS``: afterwards (outside the measured window), a py-spy profile of the idle
@@ -205,6 +205,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             now = time.monotonic()
             st = pod.get("status") or {}
             m.setdefault("created", now)
+            m["versions"] = m.get("versions", 0.0) + 1
             if st.get("conditions"):
                 m.setdefault("status", now)
             if any("running" in (c.get("state") or {}) for c in st.get("containerStatuses") or []):
@@ -218,7 +219,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(0)
         pids = {"agent": agent.pid, "server": cp.pid, "fakecri": fake.pid}
         spies = ({k: (await start_py_spy(pids[k], tmp / f"{k}-start.txt"), tmp / f"{k}-start.txt")
-                  for k in ("agent", "fakecri")} if args.profile_start else {})
+                  for k in ("agent", "server", "fakecri")} if args.profile_start else {})
         ops0 = await runtime_operations(api, NODE_NAME)
         start_sampler = Sampler(pids).start()
         t0 = time.monotonic()
@@ -245,6 +246,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for v in result["during_start"].values():
             v["cpu_s"] = round(v["cpu_pct"] * v["seconds"] / 100, 2)
         result["phases"] = phases(marks, t0)
+        result["versions_until_ready"] = round(sum(m.get("versions", 0.0) for m in marks.values()) / args.pods, 2)
         result["events_at_all_ready"] = await count_events(api)
         raw_cpu = sum(result["raw_cpu_s"].values())
         agent_cpu = result["during_start"]["agent"]["cpu_s"] + result["during_start"]["fakecri"]["cpu_s"]
@@ -327,6 +329,8 @@ def report(r: dict[str, Any]) -> None:
     if "cri_calls_per_pod" in r:
         print(f"agent CRI calls per pod over the start: {r['cri_calls_per_pod']}")
         print(f"pod syncs per pod over the start, by update type: {r.get('syncs_per_pod')}")
+    if "versions_until_ready" in r:
+        print(f"pod versions seen per pod until Ready (creation and each status write): {r['versions_until_ready']}")
     if "events_written" in r:
         print(f"Events: {r['events_at_all_ready']} written when all pods were Ready, {r['events_written']} "
               f"in all, the last {r['events_drained_s']:.1f} s after the first POST")
@@ -341,7 +345,7 @@ def report(r: dict[str, Any]) -> None:
             print(f"idle {v['seconds']:.0f} s, {name}: CPU {v['cpu_pct']:.2f} % of one core, RSS max {v['rss_max_mb']:.1f} MB")
         print(f"agent idle goals: CPU <= {TARGET_CPU_PCT:.0f} %: {'MET' if t.get('idle_cpu') else 'NOT MET'}, "
               f"RSS <= {TARGET_RSS_MB:.0f} MB: {'MET' if t.get('idle_rss') else 'NOT MET'}")
-    for k in ("agent", "fakecri"):
+    for k in ("agent", "server", "fakecri"):
         if f"profile_start_{k}" in r:
             print(f"\n{k} during the start (py-spy):")
             print_profile(r[f"profile_start_{k}"])
