@@ -9,6 +9,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pykubelet.agent.podmanager import PodManager
 from pykubelet.agent.sources.apiserver import ApiServerSource, shared_copy
@@ -246,6 +248,52 @@ def test_a_shared_copy_is_exactly_the_decoded_object(obj: Any, model: Any) -> No
     got = shared_copy(obj, model)
     assert json.dumps(got) == json.dumps(obj_before)  # same values, types and key order
     assert obj == obj_before and json.dumps(model) == json.dumps(model_before)  # neither changed
+
+
+@pytest.mark.parametrize(("obj", "model", "second"), [
+    # a one-key dict whose key changed, the new part equal to the second model's: not the old dict
+    ({"state": {"running": {"startedAt": "t"}}}, {"state": {"waiting": {"reason": "ContainerCreating"}}},
+     {"state": {"running": {"startedAt": "t"}}}),
+    ({"s": {"r": [1]}}, {"s": {"w": 2}}, {"s": {"r": [1]}}),
+    ([1, {"a": 1}], [1, "x"], [0, {"a": 1}]),  # a list item of another type, equal to the second's
+    ([[1]], ["x"], [[1]]),
+    ({"a": {"x": 1}, "b": {"y": 2}}, {"b": {"y": 2}, "c": {"x": 1}}, {"a": {"x": 1}}),
+])
+def test_a_shared_copy_is_exactly_the_decoded_object_whatever_its_second_model(
+        obj: Any, model: Any, second: Any) -> None:
+    before = copy.deepcopy(obj), copy.deepcopy(model), copy.deepcopy(second)
+    got = shared_copy(obj, model, second)
+    assert json.dumps(got) == json.dumps(before[0])
+    assert [json.dumps(x) for x in (obj, model, second)] == [json.dumps(x) for x in before]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 2) | st.sampled_from([0.0, -0.0, 1.0]) | st.sampled_from("ab"),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("abc"), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(json_values, json_values, json_values)
+def test_a_shared_copy_of_any_document_equals_it_exactly(obj: Any, model: Any, second: Any) -> None:
+    model, second = shared_copy(model), shared_copy(second)  # models are what the store holds
+    assert json.dumps(shared_copy(obj, model, second)) == json.dumps(obj)
+    assert json.dumps(shared_copy(obj, second, model)) == json.dumps(obj)
+
+
+def test_a_container_seen_running_stays_running_when_the_pod_before_it_runs_the_same_way() -> None:
+    """A status write's echo that turns a container's state from waiting to running, with the pod stored
+    just before it already running since the same second: the store shows the pod running."""
+    src = ApiServerSource(None, "n1", PodConfig(asyncio.Queue()))  # type: ignore[arg-type]
+    running = {"phase": "Running", "containerStatuses": [{"name": "c", "state": {"running": {"startedAt": "t1"}}}]}
+    waiting = {"phase": "Pending", "containerStatuses": [
+        {"name": "c", "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+    src.apply_event("ADDED", api_pod("a", status=copy.deepcopy(waiting)))
+    src.apply_event("ADDED", api_pod("b", status=copy.deepcopy(running)))
+    echo = api_pod("a", status=copy.deepcopy(running))
+    echo["metadata"]["resourceVersion"] = "2"
+    src.apply_event("MODIFIED", echo)
+    assert src.store["uid-a"]["status"] == running
 
 
 def test_a_shared_copy_reuses_the_models_equal_parts() -> None:

@@ -126,7 +126,7 @@ def _shared_dict(obj: dict[str, Any], model: dict[str, Any], second: dict[str, A
     same = model is not _NO_DICT and len(obj) == len(model)
     out: dict[str, Any] = {}
     for k, v in obj.items():
-        m = get(k, _MISSING)
+        m = own = get(k, _MISSING)  # ``m`` may become ``second``'s part; "same" means ``own``
         t = type(v)
         if t is str:
             v = intern(v)
@@ -149,7 +149,7 @@ def _shared_dict(obj: dict[str, Any], model: dict[str, Any], second: dict[str, A
             v = m if v and _identical(v, m) else _shared_list(v, m, m2)
         elif type(m) is t and m == v and (t is not float or _same_zero(v, m)):
             v = m
-        if v is not m:
+        if v is not own:
             same = False
         out[intern(k) if type(k) is str else k] = v
     if same and (len(out) < 2 or list(out) == list(model)):
@@ -163,7 +163,7 @@ def _shared_list(obj: list[Any], model: list[Any], second: list[Any]) -> list[An
     same = model is not _NO_LIST and len(obj) == n
     out: list[Any] = []
     for i, v in enumerate(obj):
-        m = model[i] if i < n else _MISSING
+        m = own = model[i] if i < n else _MISSING
         t = type(v)
         if t is str:
             v = intern(v)
@@ -186,7 +186,7 @@ def _shared_list(obj: list[Any], model: list[Any], second: list[Any]) -> list[An
             v = m if v and _identical(v, m) else _shared_list(v, m, m2)
         elif type(m) is t and m == v and (t is not float or _same_zero(v, m)):
             v = m
-        if v is not m:
+        if v is not own:
             same = False
         out.append(v)
     return model if same else out
