@@ -281,6 +281,28 @@ def test_a_shared_copy_of_any_document_equals_it_exactly(obj: Any, model: Any, s
     assert json.dumps(shared_copy(obj, second, model)) == json.dumps(obj)
 
 
+def test_a_part_that_changed_since_the_pods_last_version_is_shared_with_the_pod_stored_before_it() -> None:
+    """The second status write of a burst: each pod's status managedFields entry differs from its own
+    previous one but equals the one of the pod written just before (memory: one tree for all)."""
+    src = ApiServerSource(None, "n1", PodConfig(asyncio.Queue()))  # type: ignore[arg-type]
+
+    def written(name: str, fields: list[str], rv: str) -> dict[str, Any]:
+        p = api_pod(name, status={"phase": "Running"})
+        p["metadata"]["resourceVersion"] = rv
+        p["metadata"]["managedFields"] = [{"manager": "kubelet", "subresource": "status",
+                                           "fieldsV1": {"f:status": {f: {} for f in fields}}}]
+        return p
+
+    for name in ("a", "b"):
+        src.apply_event("ADDED", written(name, ["f:conditions"], "1"))
+    src.apply_event("MODIFIED", written("a", ["f:conditions", "f:phase", "f:podIP"], "2"))
+    src.apply_event("MODIFIED", written("b", ["f:conditions", "f:phase", "f:podIP"], "3"))
+    a, b = src.store["uid-a"], src.store["uid-b"]
+    assert b["metadata"]["managedFields"][0]["fieldsV1"]["f:status"] == {"f:conditions": {}, "f:phase": {},
+                                                                       "f:podIP": {}}
+    assert b["metadata"]["managedFields"][0] is a["metadata"]["managedFields"][0]
+
+
 def test_a_container_seen_running_stays_running_when_the_pod_before_it_runs_the_same_way() -> None:
     """A status write's echo that turns a container's state from waiting to running, with the pod stored
     just before it already running since the same second: the store shows the pod running."""
