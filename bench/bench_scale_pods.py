@@ -222,6 +222,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                   for k in ("agent", "server", "fakecri")} if args.profile_start else {})
         ops0 = await runtime_operations(api, NODE_NAME)
         start_sampler = Sampler(pids).start()
+        bench_cpu0 = time.process_time()
         t0 = time.monotonic()
         sem = asyncio.Semaphore(32)
 
@@ -236,6 +237,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["median_ready_s"] = round(sorted(seen.values())[len(seen) // 2] - t0, 2)
         result["ratio_to_raw"] = round(result["all_ready_s"] / result["raw_cri_s"], 2)
         result["during_start"] = await start_sampler.stop()
+        result["bench_client_cpu_s"] = round(time.process_time() - bench_cpu0, 2)
         ops1 = await runtime_operations(api, NODE_NAME)
         if ops1:
             per_op = {k: round((v - ops0.get(k, 0.0)) / args.pods, 2) for k, v in sorted(ops1.items())
@@ -337,6 +339,8 @@ def report(r: dict[str, Any]) -> None:
     for name, v in r.get("during_start", {}).items():
         print(f"while starting, {name}: CPU {v['cpu_pct']:.1f} % of one core ({v.get('cpu_s', 0):.1f} CPU-s), "
               f"RSS max {v['rss_max_mb']:.1f} MB")
+    if "bench_client_cpu_s" in r:
+        print(f"while starting, this benchmark (creates, watch): {r['bench_client_cpu_s']:.1f} CPU-s")
     for step, v in r.get("phases", {}).items():
         if v:
             print(f"per pod, {step}: median {v['median']:.2f} s, p90 {v['p90']:.2f} s, max {v['max']:.2f} s")
