@@ -74,6 +74,12 @@ def _paths(value: Any, parent: str, prefix: Path, out: set[Path]) -> None:
 def field_paths(obj: Obj, *, sub: str = "", has_status: bool = True) -> set[Path]:
     """Every path (inner nodes included) of the fields ``obj`` sets, minus server-owned ones."""
     out: set[Path] = set()
+    _paths(_body(obj, sub, has_status), "", (), out)
+    return out
+
+
+def _body(obj: Obj, sub: str, has_status: bool) -> Obj:
+    """The top-level fields of ``obj`` a manager can own (``metadata`` without the server's)."""
     body: Obj = {}
     for k, v in obj.items():
         if k in ("apiVersion", "kind"):
@@ -87,8 +93,7 @@ def field_paths(obj: Obj, *, sub: str = "", has_status: bool = True) -> set[Path
             if not v:
                 continue
         body[k] = v
-    _paths(body, "", (), out)
-    return out
+    return body
 
 
 def _lookup(obj: Any, path: Path) -> tuple[bool, Any]:
@@ -156,10 +161,148 @@ def _lookup_memo(obj: Any, path: Path, memo: dict[Path, tuple[bool, Any]]) -> tu
 
 
 def changed_paths(old: Obj | None, new: Obj, *, sub: str = "", has_status: bool = True) -> set[Path]:
-    """Paths of ``new`` whose value differs from ``old`` (all of them on create), with ancestors."""
-    paths = field_paths(new, sub=sub, has_status=has_status)
+    """Paths of ``new`` whose value differs from ``old`` (all of them on create), with ancestors.
+
+    One walk down ``new`` beside ``old`` (:func:`_diff`) that leaves a subtree as soon as its
+    value equals the old one: nothing below an equal value can differ (JSON values hold no NaN:
+    request bodies are read without it, as Go's decoder reads them), as long as each keyed list
+    item's path leads back to that item (:func:`_irregular`). A kubelet's status PATCH leaves
+    most of the status as it was, and each of its ~40 paths was looked up in both objects and
+    compared with everything below it. Where a path may lead to another item (a key that is no
+    string or number, the same key twice), the paths are compared one by one as before
+    (:func:`_changed_by_lookup`), so the set is the same either way."""
     if old is None:
-        return paths
+        return field_paths(new, sub=sub, has_status=has_status)
+    out: set[Path] = set()
+    try:
+        for k, walk in _body(new, sub, has_status).items():
+            if not isinstance(k, str) or k.startswith("$"):
+                continue
+            _diff(k in old, old.get(k), new[k], walk, "", k, ("f:" + k,), out)
+    except _Irregular:
+        return _changed_by_lookup(old, new, sub=sub, has_status=has_status)
+    return out
+
+
+class _Irregular(Exception):
+    """A keyed list whose items' paths may lead to other items (see :func:`changed_paths`)."""
+
+
+_KEY_TYPES = (str, int, float)  # key values that equal only their own kind (hashed as compared)
+
+
+def _diff(found: bool, oldv: Any, newv: Any, walk: Any, parent: str, name: str, p: Path, out: set[Path]) -> None:
+    """Add to ``out`` the paths of ``walk`` (the value of field ``name`` of ``parent`` at ``p``:
+    ``newv``, or for ``metadata`` its fields a manager can own) that :func:`_changed_by_lookup`
+    finds changed; ``oldv`` is the old value at ``p`` (``found``: whether there is one)."""
+    if found and (oldv is newv or oldv == newv):
+        if isinstance(walk, dict | list) and _irregular(walk, parent, name):
+            raise _Irregular
+        return  # equal here, so equal below: nothing changed
+    if not found:
+        _subtree(walk, parent, name, p, out)
+        return
+    out.add(p)  # its ancestors are in ``out`` already: they differ, as it does
+    if isinstance(walk, dict):
+        _diff_fields(oldv if isinstance(oldv, dict) else None, walk, name, p, out)
+    elif isinstance(walk, list):
+        is_merge, key = merge_key_for(parent, name)
+        if is_merge:
+            _diff_items(oldv if isinstance(oldv, list) else None, walk, name, key, p, out)
+
+
+def _diff_fields(old: Obj | None, new: Obj, name: str, p: Path, out: set[Path]) -> None:
+    for k, v in new.items():
+        if not isinstance(k, str) or k.startswith("$"):
+            continue
+        if old is not None and k in old:
+            _diff(True, old[k], v, v, name, k, (*p, "f:" + k), out)
+        else:
+            _subtree(v, name, k, (*p, "f:" + k), out)
+
+
+def _diff_items(old: list[Any] | None, new: list[Any], name: str, key: str | None, p: Path, out: set[Path]) -> None:
+    if key is None:  # a set of primitives: an item is changed when the old list lacks it
+        for item in new:
+            if not isinstance(item, dict | list):
+                el = "v:" + json.dumps(item, separators=(",", ":"))
+                found, oldv = _step((True, old), el) if old is not None else (False, None)
+                _f, newv = _step((True, new), el)
+                if not found or oldv != newv:
+                    out.add((*p, el))
+        return
+    if _irregular_keys(new, key):
+        raise _Irregular
+    by_key: dict[Any, Any] = {}  # the first old item with each key, as the lookup finds it
+    for item in old or ():
+        if isinstance(item, dict):
+            v = item.get(key)
+            if isinstance(v, _KEY_TYPES):
+                by_key.setdefault(v, item)
+    for item in new:
+        ik = _item_key(item, key)
+        if ik is None:
+            continue
+        ip = (*p, ik)
+        oldv = by_key.get(item[key], _MISSING)
+        if oldv is _MISSING:
+            out.add(ip)
+            out.add((*ip, "."))
+            _paths(item, name, ip, out)
+        elif oldv is item or oldv == item:
+            if _irregular_fields(item, name):
+                raise _Irregular
+        else:
+            out.add(ip)
+            out.add((*ip, "."))
+            _diff_fields(oldv, item, name, ip, out)
+
+
+def _irregular_keys(items: list[Any], key: str) -> bool:
+    """Whether a keyed item's path (``k:`` and its key's JSON) may lead to another item: the
+    lookup takes the first item whose key equals it, and an item without the key has None."""
+    seen: set[Any] = set()
+    for item in items:
+        if isinstance(item, dict) and key in item:
+            v = item[key]
+            if v is None or not isinstance(v, _KEY_TYPES) or v in seen:
+                return True
+            seen.add(v)
+    return False
+
+
+def _irregular(v: Any, parent: str, name: str) -> bool:
+    """Whether a keyed list at or below ``v`` (field ``name`` of ``parent``) has
+    :func:`_irregular_keys`."""
+    if isinstance(v, dict):
+        return _irregular_fields(v, name)
+    if isinstance(v, list):
+        is_merge, key = merge_key_for(parent, name)
+        if not is_merge or key is None:
+            return False
+        return _irregular_keys(v, key) or any(
+            isinstance(i, dict) and key in i and _irregular_fields(i, name) for i in v)
+    return False
+
+
+def _irregular_fields(d: Obj, name: str) -> bool:
+    return any(isinstance(x, dict | list) and isinstance(k, str) and not k.startswith("$") and _irregular(x, name, k)
+               for k, x in d.items())
+
+
+def _subtree(walk: Any, parent: str, name: str, p: Path, out: set[Path]) -> None:
+    """Every path at and below ``p``: there is no old value there."""
+    if isinstance(walk, list):
+        _paths({name: walk}, parent, p[:-1], out)
+        return
+    out.add(p)
+    if isinstance(walk, dict):
+        _paths(walk, name, p, out)
+
+
+def _changed_by_lookup(old: Obj, new: Obj, *, sub: str = "", has_status: bool = True) -> set[Path]:
+    """:func:`changed_paths` path by path: each of ``new``'s paths looked up in both objects."""
+    paths = field_paths(new, sub=sub, has_status=has_status)
     out: set[Path] = set()
     old_memo: dict[Path, tuple[bool, Any]] = {}
     new_memo: dict[Path, tuple[bool, Any]] = {}
