@@ -418,3 +418,69 @@ def test_rfc3339_refuses_what_gmtime_refuses() -> None:
         rfc3339(float("nan"))
     with pytest.raises(OverflowError):
         rfc3339(float("inf"))
+
+
+async def test_the_watch_echo_of_the_agents_own_write_causes_no_second_write() -> None:
+    p = pod(containers=["a"])
+    p["metadata"]["resourceVersion"] = "7"
+    api = api_with(p)
+    sm = StatusManager(api)
+    sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
+    await sm.sync_all()
+    assert len(api.patched) == 1
+    sm.reconcile(copy.deepcopy(api.objects[pod_path(p)]))  # the watch shows what the agent wrote
+    await sm.sync_all()
+    assert len(api.patched) == 1
+
+
+@pytest.mark.parametrize(("change", "rewritten"), [
+    ({"phase": "Pending"}, True),  # another writer moved the phase back: ours is written again
+    ({"podIP": "198.18.0.99"}, True),
+    ({"conditions": []}, True),
+    ({"message": "set by someone else"}, False),  # fields the kubelet does not set are kept as they are
+])
+async def test_a_status_change_by_another_writer_is_reconciled_when_ours_differs(
+        change: dict[str, Any], rewritten: bool) -> None:
+    p = pod(containers=["a"])
+    p["metadata"]["resourceVersion"] = "7"
+    api = api_with(p)
+    sm = StatusManager(api)
+    sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
+    await sm.sync_all()
+    theirs = copy.deepcopy(api.objects[pod_path(p)])
+    theirs["status"].update(change)
+    api.objects[pod_path(p)] = copy.deepcopy(theirs)
+    sm.reconcile(theirs)
+    await sm.sync_all()
+    assert len(api.patched) == (2 if rewritten else 1)
+    if rewritten:
+        assert status_equal(api.objects[pod_path(p)]["status"], sm.peek_pod_status("uid-p") or {})
+
+
+async def test_a_condition_another_writer_added_is_kept_without_a_write() -> None:
+    p = pod(containers=["a"])
+    p["metadata"]["resourceVersion"] = "7"
+    api = api_with(p)
+    sm = StatusManager(api)
+    sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
+    await sm.sync_all()
+    theirs = copy.deepcopy(api.objects[pod_path(p)])
+    theirs["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": "Preemption"})
+    sm.reconcile(theirs)
+    await sm.sync_all()
+    assert len(api.patched) == 1
+
+
+async def test_a_status_of_ours_changed_after_the_write_is_written_when_the_echo_of_the_old_one_arrives() -> None:
+    p = pod(containers=["a"])
+    p["metadata"]["resourceVersion"] = "7"
+    api = api_with(p)
+    sm = StatusManager(api)
+    sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
+    await sm.sync_all()
+    echo = copy.deepcopy(api.objects[pod_path(p)])
+    sm.set_pod_status(p, generate_api_status(p, runtime_status(exited("a", 1), sandboxes=[sandbox(ready=False)])))
+    sm.reconcile(echo)
+    await sm.sync_all()
+    assert len(api.patched) == 2
+    assert api.objects[pod_path(p)]["status"]["containerStatuses"][0]["state"].get("terminated")
