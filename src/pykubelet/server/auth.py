@@ -27,7 +27,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import functools
-import hashlib
 import hmac
 import ipaddress
 import json
@@ -53,6 +52,10 @@ from pykubelet.server.nodeauthorizer import NodeAuthorizer
 from pykubelet.server.rbac import RBACAuthorizer, Request
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
+# The JWT header of every service-account token this server signs (HS256 with ``pki/sa.key``),
+# encoded once: it never changes.
+_JWT_HEAD = base64.urlsafe_b64encode(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "pykubelet"}).encode()
+                                     ).rstrip(b"=").decode()
 PUBLIC_PATHS = {"/version", "/healthz", "/livez", "/readyz"}
 
 
@@ -387,17 +390,17 @@ class TokenAuth:
         claims = {"aud": audiences or [ISSUER], "exp": exp, "iat": now, "nbf": now, "iss": ISSUER,
                   "jti": str(uuid.uuid4()), "sub": f"system:serviceaccount:{namespace}:{sa_name}",
                   "kubernetes.io": k8s}
-        head = _b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "pykubelet"}).encode())
-        body = _b64(json.dumps(claims, separators=(",", ":")).encode())
-        sig = hmac.new(self._sa_key_bytes(), f"{head}.{body}".encode(), hashlib.sha256).digest()
-        return f"{head}.{body}.{_b64(sig)}", exp
+        signed = f"{_JWT_HEAD}.{_b64(json.dumps(claims, separators=(',', ':')).encode())}"
+        # one-shot HMAC (OpenSSL's, no HMAC object to set up per token): the same digest
+        sig = hmac.digest(self._sa_key_bytes(), signed.encode(), "sha256")
+        return f"{signed}.{_b64(sig)}", exp
 
     def verify_sa_token(self, token: str, audiences: list[str] | None = None) -> dict[str, Any] | None:
         parts = token.split(".")
         if len(parts) != 3:
             return None
         try:
-            want = hmac.new(self._sa_key_bytes(), f"{parts[0]}.{parts[1]}".encode(), hashlib.sha256).digest()
+            want = hmac.digest(self._sa_key_bytes(), f"{parts[0]}.{parts[1]}".encode(), "sha256")
             if not hmac.compare_digest(want, _unb64(parts[2])):
                 return None
             claims = json.loads(_unb64(parts[1]))

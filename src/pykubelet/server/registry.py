@@ -1264,8 +1264,9 @@ class Registry:
             self.store.update("pods", ns, name, pdb.with_disruption_target(pod, now))
 
     def _token_request(self, ns: str, name: str, body: Obj) -> tuple[Obj, int]:
-        sa_ri = BY_GVR[("", "v1", "serviceaccounts")]
-        sa = self._raw_get(sa_ri, ns, name)
+        sa = self.store.peek("serviceaccounts", ns, name)  # only its uid is read: no copy
+        if sa is None:
+            raise not_found("serviceaccounts", name)
         spec = body.get("spec") or {}
         exp = spec.get("expirationSeconds", 3600)
         if not isinstance(exp, int) or exp < 600:
