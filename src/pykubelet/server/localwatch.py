@@ -100,7 +100,20 @@ def _metadata(obj: Obj, api_version: str | None = None) -> Obj:
     managedFields) of a stored object."""
     meta = obj.get("metadata") or {}
     return {"apiVersion": api_version or obj.get("apiVersion"), "kind": obj.get("kind"),
-            "metadata": {k: copy.deepcopy(v) for k, v in meta.items() if k != "managedFields"}}
+            "metadata": {k: _own(v) for k, v in meta.items() if k != "managedFields"}}
+
+
+def _own(v: Any) -> Any:
+    """``copy.deepcopy(v)`` of a metadata value: a string or number is the value itself (as
+    ``deepcopy`` returns it), a map of strings (labels, annotations) a new map of the same
+    strings, without ``deepcopy``'s dispatch and memo for each (the garbage collector's
+    metadata informers copy every pod revision's and Event's metadata)."""
+    t = type(v)
+    if t is str or t is int or v is None or t is bool:
+        return v
+    if t is dict and all(type(x) is str for x in v.values()):
+        return dict(v)
+    return copy.deepcopy(v)
 
 
 class InProcessReads:
