@@ -348,6 +348,25 @@ def _tree_of(paths: frozenset[Path]) -> FieldsTree:
     return tree
 
 
+_PATHS_OF_TREE: dict[int, tuple[FieldsTree, frozenset[Path]]] = {}  # id -> (tree, its paths), LRU of 512
+
+
+def _paths_of(tree: Any) -> set[Path] | frozenset[Path]:
+    """``from_fields_v1(tree)``, remembered for a :class:`FieldsTree` (a tree built here, shared by
+    every object with the same set and never changed in place): the kubelet's second status
+    PATCH of each pod adds its pod IP to the same shared tree, which was walked again per pod.
+    The entry holds the tree, so its ``id`` is not reused while remembered."""
+    if type(tree) is not FieldsTree:
+        return from_fields_v1(tree)
+    hit = _PATHS_OF_TREE.pop(id(tree), None)
+    if hit is None or hit[0] is not tree:
+        hit = (tree, frozenset(from_fields_v1(tree)))
+        if len(_PATHS_OF_TREE) >= 512:
+            del _PATHS_OF_TREE[next(iter(_PATHS_OF_TREE))]  # the least recently used
+    _PATHS_OF_TREE[id(tree)] = hit
+    return hit[1]
+
+
 def from_fields_v1(tree: Any, prefix: Path = ()) -> set[Path]:
     out: set[Path] = set()
     stack: list[tuple[Any, Path]] = [(tree, prefix)]
@@ -487,7 +506,7 @@ def record(managed: list[Obj], *, manager: str, operation: str, api_version: str
                 firsts = {p[0] for p in paths if p}
             if not (tree and isinstance(tree, dict) and _canonical(tree) and (
                     firsts.isdisjoint(tree) or not any(_has_path(tree, p) for p in paths))):
-                kept = from_fields_v1(tree) - paths
+                kept = _paths_of(tree) - paths
                 if not kept:
                     continue
                 e = {**e, "fieldsV1": to_fields_v1(kept)}
@@ -500,7 +519,7 @@ def record(managed: list[Obj], *, manager: str, operation: str, api_version: str
     elif _canonical(prior_tree) and all(_has_path(prior_tree, p) for p in paths):
         fields = prior_tree  # nothing new: the same set, the same tree
     else:
-        mine = from_fields_v1(prior_tree) | paths
+        mine = _paths_of(prior_tree) | paths
         if not mine:
             return out
         fields = to_fields_v1(mine)

@@ -9,6 +9,7 @@ whose type changed, and for thousands of random pairs of objects."""
 from __future__ import annotations
 
 import copy
+import json
 import random
 from typing import Any
 
@@ -188,3 +189,43 @@ def test_random_updates_own_the_fields_the_lookup_from_the_root_finds(seed: int)
             for has_status in (True, False):
                 want = _changed_by_walk_from_root(old, new, sub=sub, has_status=has_status)
                 assert mf.changed_paths(old, new, sub=sub, has_status=has_status) == want, (old, new, sub)
+
+
+def _entry(manager: str, tree: dict[str, Any], sub: str = "") -> dict[str, Any]:
+    e = {"manager": manager, "operation": "Update", "apiVersion": "v1", "time": "t", "fieldsType": "FieldsV1",
+         "fieldsV1": tree}
+    if sub:
+        e["subresource"] = sub
+    return e
+
+
+def test_a_shared_field_tree_is_flattened_once_and_records_what_its_plain_copy_records(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kubelet's Running PATCH adds the pod IP to the tree its Pending PATCH made, which every
+    pod of one template shares: its paths are taken from the tree once, not per pod."""
+    pending, running = _with_status(POD, _pod_status("Pending", 3)), _with_status(POD, _pod_status("Running", 3))
+    kubelet_tree = mf.to_fields_v1(mf.changed_paths(POD, pending, sub="status"))
+    creator_tree = mf.to_fields_v1(mf.field_paths(POD))
+    status_paths = mf.changed_paths(pending, running, sub="status")
+    spec_paths = {("f:spec",), ("f:spec", "f:nodeName")}
+    walks = [0]
+    real = mf.from_fields_v1
+
+    def counting(tree: Any, prefix: mf.Path = ()) -> set[mf.Path]:
+        walks[0] += 1
+        return real(tree, prefix)
+
+    monkeypatch.setattr(mf, "from_fields_v1", counting)
+    for manager, paths, sub in (("kubelet", status_paths, "status"), ("other", spec_paths, "")):
+        results = []
+        for trees in ((kubelet_tree, creator_tree), (kubelet_tree, creator_tree),
+                      (copy.deepcopy(dict(kubelet_tree)), copy.deepcopy(dict(creator_tree)))):
+            managed = [_entry("bench", trees[1]), _entry("kubelet", trees[0], "status")]
+            results.append(mf.record(managed, manager=manager, operation="Update", api_version="v1", time="t",
+                                     paths=set(paths), sub=sub))
+        assert json.dumps(results[0]) == json.dumps(results[1]) == json.dumps(results[2])
+    walks[0] = 0
+    for _ in range(5):  # five more pods: the shared trees are not walked again
+        mf.record([_entry("bench", creator_tree), _entry("kubelet", kubelet_tree, "status")], manager="kubelet",
+                  operation="Update", api_version="v1", time="t", paths=set(status_paths), sub="status")
+    assert walks[0] == 0
