@@ -155,6 +155,16 @@ def _parse(t: str) -> tuple[str, Any]:
 
 
 _STRING = _parse("string")
+_TIME = _parse("Time")
+_BOOL = _parse("bool")
+_ANY = _parse("any")
+_INTS = (_parse("int32"), _parse("int64"))
+
+
+@functools.cache
+def _parsed_fields(model: str) -> dict[str, tuple[str, Any]]:
+    """A model's fields with their parsed types (:func:`_parse` once per field, not per value)."""
+    return {k: _parse(t) for k, t in apitypes.TYPES[model].items()}
 
 
 def _go_type(t: tuple[str, Any]) -> str:
@@ -274,27 +284,37 @@ class _Walker:
 
     def model(self, obj: dict[str, Any], model: str, gopath: str, path: str,
               decoded: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        fields = apitypes.TYPES[model]
+        fields = _parsed_fields(model)
         struct = go_name(model)
         out: dict[str, Any] = {}
         for k, v in obj.items():
-            t = fields.get(k)
-            if t is None:
+            pt = fields.get(k)
+            if pt is None:
                 self.unknown.append(f"{path}.{k}" if path else k)
                 continue
-            pt = _parse(t)
             if decoded is not None and pt[0] == "model" and type(v) is dict and decoded.get(k) is v:
                 out[k] = v  # this very object was decoded before (see decode's ``decoded``)
                 continue
-            # the common cases without the generic dispatch: a string field, a nested object
-            if pt is _STRING and type(v) is str:
+            # the common cases without the generic dispatch (and without the field's paths,
+            # which only an error or an unknown field below it needs): a string, a boolean, an
+            # integer in range, a well-formed time, null, a nested object
+            vt = type(v)
+            if vt is str and (pt is _STRING or (pt is _TIME and _RFC3339.match(v))):
                 out[k] = v
+                continue
+            if (vt is bool and pt is _BOOL) or (vt is int and pt in _INTS and
+                                                _INT_RANGE[pt[1]][0] <= v <= _INT_RANGE[pt[1]][1]):
+                out[k] = v
+                continue
+            if v is None:
+                if pt is _ANY:
+                    out[k] = None
                 continue
             if pt[0] == "model" and type(v) is dict:
                 out[k] = self.model(v, pt[1], f"{gopath}.{k}" if gopath else k, f"{path}.{k}" if path else k)
                 continue
             d = self.value(v, pt, struct, f"{gopath}.{k}" if gopath else k, f"{path}.{k}" if path else k)
-            if d is not None or t == "any":
+            if d is not None or pt is _ANY:
                 out[k] = d
         return out
 
