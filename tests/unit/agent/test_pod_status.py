@@ -484,3 +484,61 @@ async def test_a_status_of_ours_changed_after_the_write_is_written_when_the_echo
     await sm.sync_all()
     assert len(api.patched) == 2
     assert api.objects[pod_path(p)]["status"]["containerStatuses"][0]["state"].get("terminated")
+
+
+def _api_pods(*names: str) -> tuple[FakeApi, list[dict[str, Any]]]:
+    """Pods as the API and the agent's watch hold them: created, with the server's Pending status."""
+    api = FakeApi()
+    pods = [pod(n, containers=["a"], metadata={"resourceVersion": "1"}, status={"phase": "Pending"}) for n in names]
+    for p in pods:
+        api.put(pod_path(p), p)
+    return api, pods
+
+
+async def test_a_write_that_makes_a_pod_running_goes_before_first_statuses_still_queued() -> None:
+    api, (starting, started) = _api_pods("starting", "started")
+    sm = StatusManager(api)
+    assert sm.set_pod_status(starting, generate_api_status(starting, runtime_status(sandboxes=[sandbox()]), now=1))
+    assert sm.set_pod_status(started, generate_api_status(started, runtime_status(running("a")), now=1))
+    await sm.sync_all()
+    assert [(path.split("/")[-2], body["status"]["phase"]) for path, body in api.patched] == [
+        ("started", "Running"), ("starting", "Pending")]
+
+
+async def test_a_pod_queued_for_its_first_status_that_starts_meanwhile_is_written_once_with_the_newest() -> None:
+    api, (p,) = _api_pods("p")
+    sm = StatusManager(api)
+    sm.set_pod_status(p, generate_api_status(p, runtime_status(sandboxes=[sandbox()]), now=1))
+    sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a")), now=2))
+    await sm.sync_all()
+    assert [body["status"]["phase"] for _path, body in api.patched] == ["Running"]
+
+
+async def test_a_status_that_changes_while_it_is_written_is_written_again() -> None:
+    api, (p,) = _api_pods("p")
+    sm = StatusManager(api)
+    writing, release = asyncio.Event(), asyncio.Event()
+    patch = api.patch
+
+    async def slow_patch(path: str, body: Any, **kw: Any) -> Any:
+        writing.set()
+        await release.wait()
+        return await patch(path, body, **kw)
+
+    api.patch = slow_patch  # type: ignore[method-assign]
+    sm.set_pod_status(p, generate_api_status(p, runtime_status(sandboxes=[sandbox()]), now=1))
+    sync = asyncio.create_task(sm.sync_all())
+    await writing.wait()
+    sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a")), now=2))
+    release.set()
+    await asyncio.wait_for(sync, 5)
+    assert [body["status"]["phase"] for _path, body in api.patched] == ["Pending", "Running"]
+
+
+async def test_a_static_pod_without_its_mirror_pod_yet_is_left_for_the_periodic_retry() -> None:
+    api = FakeApi()  # no mirror pod in the API
+    static = pod("s", containers=["a"], annotations={"kubernetes.io/config.source": "file"})
+    sm = StatusManager(api)
+    sm.set_pod_status(static, generate_api_status(static, runtime_status(running("a")), now=1))
+    await asyncio.wait_for(sm.sync_all(), 5)  # returns: the write is not retried over and over
+    assert not api.patched and sm.version("uid-s") == 1

@@ -3,7 +3,7 @@
 - ``set_pod_status(pod, status)`` caches the generated status; the version counter of the pod goes
   up only when the status actually changed, so identical statuses cause no API traffic.
 - a background loop syncs pods whose cached version is newer than the last written one (woken at
-  once). What the API holds is known from the agent's own pod watch — ``reconcile(pod)`` (RECONCILE
+  once; only the pods queued by a change, no pass over every pod). What the API holds is known from the agent's own pod watch — ``reconcile(pod)`` (RECONCILE
   updates: only the API status changed, e.g. the node-lifecycle controller marked the pod not ready)
   and the answer to each PATCH —, so a pod is rewritten when the watch shows a status that differs
   from ours (upstream's ``needsReconcile``), never after a periodic GET of every pod; every
@@ -21,6 +21,16 @@
   at a time, which made 1,000 pods wait on 1,000 round trips); one pod is written by at most one
   task, and only its newest version (versions monotonic per pod), so an older view can never
   overwrite a newer one.
+- which pod is written next: a change is queued (its pod once, in the order of its first change) and
+  the writers take the queue as it grows, so a pod that changes while others are being written
+  waits for no batch to end. A write that changes what controllers act on (the phase, or whether
+  the pod is Ready) goes before the others (upstream's syncBatch takes the pods in map order, no
+  order at all). In a burst of pod starts this writes the Running+Ready status of the pods that
+  got there first, and a pod whose first status (Pending, ContainerCreating) was still queued
+  when it became Running is written once, with its newest status, as upstream's status manager
+  writes only its latest status of a pod; when the writers keep up, every status is written as
+  soon as it changes, as before. Measured in a 1,000-pod start (``bench_scale_pods.py``): 1.06-1.21
+  status writes per pod instead of 2.
 - ``terminated(uid)``: once the pod finished terminating, a pod with a deletionTimestamp is deleted
   for good: DELETE with gracePeriodSeconds=0 and a uid precondition (upstream canBeDeleted).
 Works with ``api=None`` (statuses only cached).
@@ -69,6 +79,21 @@ def _conditions_key(conditions: object) -> object:
     stripped = [{k: v for k, v in c.items() if k not in _CONDITION_TIMES} if isinstance(c, dict) else c
                 for c in conditions]
     return sorted(stripped, key=lambda c: c.get("type", "") if isinstance(c, dict) else "")
+
+
+def _ready(status: JSONObj) -> bool:
+    for c in status.get("conditions") or ():
+        if c.get("type") == "Ready":
+            return bool(c.get("status") == "True")
+    return False
+
+
+def _changes_what_controllers_see(ours: JSONObj, api_status: JSONObj | None) -> bool:
+    """Whether writing ``ours`` changes the pod's phase or readiness in the API (what endpoints,
+    ReplicaSets and Jobs act on): such a write goes first (see the module docstring)."""
+    if api_status is None:
+        return False
+    return ours.get("phase") != api_status.get("phase") or _ready(ours) != _ready(api_status)
 
 
 def status_equal(a: JSONObj, b: JSONObj) -> bool:
@@ -143,6 +168,11 @@ class StatusManager:
         self.reconcile_period = reconcile_period
         self._entries: dict[str, _Entry] = {}
         self._wake = asyncio.Event()
+        # pods whose status may need a write (an ordered set: first change first); the urgent ones
+        # (their write changes the phase or readiness) are written before the others
+        self._queued: dict[str, None] = {}
+        self._urgent: dict[str, None] = {}
+        self._writing: set[str] = set()  # pods a writer is writing now
         self._task: asyncio.Task[None] | None = None
         self.patches = 0  # number of PATCH calls made (observability / tests)
 
@@ -188,7 +218,7 @@ class StatusManager:
             )
             if not e.static and md.get("resourceVersion"):  # an API pod: its status as the watch saw it
                 e.observe(pod)
-        self._wake.set()
+        self._queue(e)
         return True
 
     def reconcile(self, pod: Pod) -> None:
@@ -210,7 +240,7 @@ class StatusManager:
             return
         if self._needs_reconcile(e):
             e.synced = 0
-            self._wake.set()
+            self._queue(e)
 
     @staticmethod
     def _needs_reconcile(e: _Entry) -> bool:
@@ -221,12 +251,35 @@ class StatusManager:
         if e is not None:
             e.terminated = True
             e.synced = 0
-            self._wake.set()
+            self._queue(e)
 
     def forget(self, uid: str) -> None:
         self._entries.pop(uid, None)
 
     # -- background sync -------------------------------------------------------------------
+    def _queue(self, e: _Entry) -> None:
+        """Queue the pod's write (see the module docstring for the order) and wake the writers."""
+        uid = e.uid
+        if uid not in self._urgent:
+            if _changes_what_controllers_see(e.status, e.api_status):
+                self._urgent[uid] = None
+                self._queued.pop(uid, None)
+            elif uid not in self._queued:
+                self._queued[uid] = None
+        self._wake.set()
+
+    def _next(self) -> _Entry | None:
+        """The next pod to write: the first urgent one, else the first queued; pods gone, written
+        meanwhile, or being written now are skipped (a write that ends behind queues its pod again)."""
+        for queue in (self._urgent, self._queued):
+            while queue:
+                uid = next(iter(queue))
+                del queue[uid]
+                e = self._entries.get(uid)
+                if e is not None and e.synced < e.version and uid not in self._writing:
+                    return e
+        return None
+
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="status-manager")
@@ -250,25 +303,41 @@ class StatusManager:
                 tick = tick_at_or_after(now, period)
                 if tick <= now:
                     tick += period
+                self._wake.clear()
+                await self.sync_all()
+                continue
             self._wake.clear()
-            await self.sync_all()
+            await self._drain()
 
     async def sync_all(self) -> None:
-        pending = [e for e in self._entries.values() if e.synced < e.version]
-        if not pending:
-            return
-        limit = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
+        """Write every pod whose status is newer than what was written (failed writes included:
+        the periodic retry), then whatever changes meanwhile."""
+        for e in self._entries.values():
+            if e.synced < e.version:
+                self._queue(e)
+        await self._drain()
 
-        async def one(e: _Entry) -> None:
-            async with limit:
-                try:
-                    await self._sync(e)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as ex:
-                    log.warning("status update for pod %s/%s failed: %s", e.namespace, e.name, ex)
+    async def _drain(self) -> None:
+        """Writers (at most ``MAX_CONCURRENT_WRITES``) taking queued pods until the queue is empty."""
+        n = min(MAX_CONCURRENT_WRITES, len(self._urgent) + len(self._queued))
+        if n:
+            await asyncio.gather(*(self._writer() for _ in range(n)))
 
-        await asyncio.gather(*(one(e) for e in pending))
+    async def _writer(self) -> None:
+        while (e := self._next()) is not None:
+            uid, version = e.uid, e.version
+            self._writing.add(uid)
+            try:
+                await self._sync(e)
+            except asyncio.CancelledError:
+                raise
+            except Exception as ex:  # left behind: retried by the next sync_all (the periodic retry)
+                log.warning("status update for pod %s/%s failed: %s", e.namespace, e.name, ex)
+                continue
+            finally:
+                self._writing.discard(uid)
+            if e.version != version and e.synced < e.version and self._entries.get(uid) is e:
+                self._queue(e)  # changed while it was written (one left behind otherwise waits for the retry)
 
     def _drop(self, e: _Entry, why: str) -> None:
         log.info("pod %s/%s %s; dropping its status", e.namespace, e.name, why)
