@@ -420,13 +420,19 @@ def test_rfc3339_refuses_what_gmtime_refuses() -> None:
         rfc3339(float("inf"))
 
 
-async def test_the_watch_echo_of_the_agents_own_write_causes_no_second_write() -> None:
-    p = pod(containers=["a"])
+async def _written_running(p: dict[str, Any]) -> tuple[FakeApi, StatusManager]:
+    """The API holding ``p`` (as the agent's watch saw it) and a manager that wrote its Running status."""
     p["metadata"]["resourceVersion"] = "7"
     api = api_with(p)
     sm = StatusManager(api)
     sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
     await sm.sync_all()
+    return api, sm
+
+
+async def test_the_watch_echo_of_the_agents_own_write_causes_no_second_write() -> None:
+    p = pod(containers=["a"])
+    api, sm = await _written_running(p)
     assert len(api.patched) == 1
     sm.reconcile(copy.deepcopy(api.objects[pod_path(p)]))  # the watch shows what the agent wrote
     await sm.sync_all()
@@ -442,11 +448,7 @@ async def test_the_watch_echo_of_the_agents_own_write_causes_no_second_write() -
 async def test_a_status_change_by_another_writer_is_reconciled_when_ours_differs(
         change: dict[str, Any], rewritten: bool) -> None:
     p = pod(containers=["a"])
-    p["metadata"]["resourceVersion"] = "7"
-    api = api_with(p)
-    sm = StatusManager(api)
-    sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
-    await sm.sync_all()
+    api, sm = await _written_running(p)
     theirs = copy.deepcopy(api.objects[pod_path(p)])
     theirs["status"].update(change)
     api.objects[pod_path(p)] = copy.deepcopy(theirs)
@@ -459,11 +461,7 @@ async def test_a_status_change_by_another_writer_is_reconciled_when_ours_differs
 
 async def test_a_condition_another_writer_added_is_kept_without_a_write() -> None:
     p = pod(containers=["a"])
-    p["metadata"]["resourceVersion"] = "7"
-    api = api_with(p)
-    sm = StatusManager(api)
-    sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
-    await sm.sync_all()
+    api, sm = await _written_running(p)
     theirs = copy.deepcopy(api.objects[pod_path(p)])
     theirs["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": "Preemption"})
     sm.reconcile(theirs)
@@ -473,11 +471,7 @@ async def test_a_condition_another_writer_added_is_kept_without_a_write() -> Non
 
 async def test_a_status_of_ours_changed_after_the_write_is_written_when_the_echo_of_the_old_one_arrives() -> None:
     p = pod(containers=["a"])
-    p["metadata"]["resourceVersion"] = "7"
-    api = api_with(p)
-    sm = StatusManager(api)
-    sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
-    await sm.sync_all()
+    api, sm = await _written_running(p)
     echo = copy.deepcopy(api.objects[pod_path(p)])
     sm.set_pod_status(p, generate_api_status(p, runtime_status(exited("a", 1), sandboxes=[sandbox(ready=False)])))
     sm.reconcile(echo)
