@@ -2,9 +2,10 @@
 
 ``changed_paths`` walks the new object beside the old one and leaves a subtree once its value is
 the old one; the sets it gives must be the ones the path-by-path lookup from the root gave (the
-oracle below, as it stood before the walk): for the kubelet's status PATCHes, for spec and
-metadata updates, for keyed lists with duplicate or non-string keys, set-like lists, fields
-whose type changed, and for thousands of random pairs of objects."""
+oracle ``_changed_by_walk`` of ``test_write_path_copies.py``, as it stood before the walk): for the
+kubelet's status PATCHes, for spec and metadata updates, for keyed lists with duplicate or
+non-string keys, set-like lists, fields whose type changed, and for thousands of random pairs of
+objects."""
 
 from __future__ import annotations
 
@@ -16,21 +17,7 @@ from typing import Any
 import pytest
 
 from pykubelet.server import managedfields as mf
-
-
-def _changed_by_walk_from_root(old: dict[str, Any], new: dict[str, Any], **kw: Any) -> set[mf.Path]:
-    """``changed_paths`` as it was: every path of ``new`` looked up from the root in both."""
-    out: set[mf.Path] = set()
-    for p in mf.field_paths(new, **kw):
-        if p[-1] == ".":
-            continue
-        found, oldv = mf._lookup(old, p)
-        _f, newv = mf._lookup(new, p)
-        if not found or oldv != newv:
-            out.update(p[:i] for i in range(1, len(p) + 1))
-            if p[-1].startswith("k:"):
-                out.add((*p, "."))
-    return out
+from tests.unit.server.test_write_path_copies import _changed_by_walk
 
 
 def _pod_status(phase: str, n: int) -> dict[str, Any]:
@@ -75,7 +62,7 @@ def test_the_kubelets_status_writes_own_the_fields_the_lookup_from_the_root_find
     pending, running = _with_status(POD, _pod_status("Pending", 3)), _with_status(POD, _pod_status("Running", 3))
     for old, new in ((POD, pending), (pending, running), (running, running), (running, pending),
                      (pending, copy.deepcopy(pending))):
-        assert mf.changed_paths(old, new, sub=sub) == _changed_by_walk_from_root(old, new, sub=sub, has_status=True)
+        assert mf.changed_paths(old, new, sub=sub) == _changed_by_walk(old, new, sub=sub, has_status=True)
     got = mf.changed_paths(pending, running, sub="status")
     assert ("f:status", "f:podIP") in got and ("f:status", "f:phase") in got
     assert ("f:status", "f:conditions", 'k:{"type":"Initialized"}') not in got  # the same before and after
@@ -111,8 +98,8 @@ def test_keyed_lists_the_walk_does_not_follow_give_the_lookups_answer() -> None:
     cases.append(mixed)
     for new in cases:
         for sub in ("", "status"):
-            assert mf.changed_paths(old, new, sub=sub) == _changed_by_walk_from_root(old, new, sub=sub, has_status=True)
-            assert mf.changed_paths(new, old, sub=sub) == _changed_by_walk_from_root(new, old, sub=sub, has_status=True)
+            assert mf.changed_paths(old, new, sub=sub) == _changed_by_walk(old, new, sub=sub, has_status=True)
+            assert mf.changed_paths(new, old, sub=sub) == _changed_by_walk(new, old, sub=sub, has_status=True)
 
 
 # --- random pairs ------------------------------------------------------------------------------
@@ -187,7 +174,7 @@ def test_random_updates_own_the_fields_the_lookup_from_the_root_finds(seed: int)
         new.setdefault("apiVersion", "v1")
         for sub in ("", "status"):
             for has_status in (True, False):
-                want = _changed_by_walk_from_root(old, new, sub=sub, has_status=has_status)
+                want = _changed_by_walk(old, new, sub=sub, has_status=has_status)
                 assert mf.changed_paths(old, new, sub=sub, has_status=has_status) == want, (old, new, sub)
 
 
