@@ -294,6 +294,7 @@ class StatusManager:
         period = self.reconcile_period
         tick = tick_at_or_after(loop.time() + period, period)
         while True:
+            retry = False
             try:
                 async with asyncio.timeout_at(tick):
                     await self._wake.wait()
@@ -304,11 +305,9 @@ class StatusManager:
                 tick = tick_at_or_after(now, period)
                 if tick <= now:
                     tick += period
-                self._wake.clear()
-                await self.sync_all()
-                continue
+                retry = True
             self._wake.clear()
-            await self._drain()
+            await (self.sync_all() if retry else self._drain())
 
     async def sync_all(self) -> None:
         """Write every pod whose status is newer than what was written (failed writes included:
