@@ -243,6 +243,7 @@ class CRIClient:
         self._image_channel: grpc.aio.Channel | None = None  # grpcio transport, image endpoint of its own
         self._h2: UnaryChannel | None = None
         self._h2_images: UnaryChannel | None = None  # image endpoint of its own
+        self._h2_grid: dict[float, tuple[UnaryChannel, UnaryMethod]] = {}  # read grid -> its ExecSync (exec_sync)
         self._rt: pb_grpc.RuntimeServiceStub | None = None
         self._img: pb_grpc.ImageServiceStub | None = None
         self.runtime_version: pb.VersionResponse | None = None
@@ -274,9 +275,18 @@ class CRIClient:
             self._h2_images = self._unary_channel(self.image_endpoint)
         self._img = cast("pb_grpc.ImageServiceStub", _Stub("ImageService", self._h2_images or self._h2))
 
-    def _unary_channel(self, endpoint: str) -> UnaryChannel:
+    def _unary_channel(self, endpoint: str, read_grid: float | None = None) -> UnaryChannel:
         return UnaryChannel(socket_path(endpoint), max_receive=self._max_message_size,
-                            max_send=self._max_message_size)
+                            max_send=self._max_message_size, read_grid=read_grid)
+
+    def _grid_exec(self, grid: float) -> UnaryMethod:
+        """ExecSync on a connection of its own whose answers are read on a ``grid`` of the loop
+        clock (``exec_sync(read_grid=...)``)."""
+        got = self._h2_grid.get(grid)
+        if got is None:
+            channel = self._unary_channel(self.endpoint, read_grid=grid)
+            got = self._h2_grid[grid] = (channel, _Stub("RuntimeService", channel).ExecSync)
+        return got[1]
 
     def _aio_channel(self, target: str) -> grpc.aio.Channel:
         """A grpc.aio channel (transport "grpcio"). Reconnect backoff is kept short (see above)."""
@@ -335,10 +345,11 @@ class CRIClient:
 
     async def close(self) -> None:
         self._rt = self._img = None
-        for h2 in (self._h2, self._h2_images):
+        for h2 in (self._h2, self._h2_images, *(c for c, _ in self._h2_grid.values())):
             if h2 is not None:
                 await h2.close()
         self._h2 = self._h2_images = None
+        self._h2_grid.clear()
         for ch in (self._channel, self._image_channel):
             if ch is not None:
                 await ch.close()
@@ -524,7 +535,8 @@ class CRIClient:
         )
 
     async def exec_sync(
-        self, container_id: str, cmd: Iterable[str], timeout: int = 0, *, deadline: float | None = None  # noqa: ASYNC109
+        self, container_id: str, cmd: Iterable[str], timeout: int = 0, *, deadline: float | None = None,  # noqa: ASYNC109
+        read_grid: float | None = None,
     ) -> pb.ExecSyncResponse:
         """Run ``cmd`` in the container; ``timeout`` seconds, 0 = no timeout (as upstream).
 
@@ -535,10 +547,18 @@ class CRIClient:
         An exec probe sends the same request every period, and building the message costs more
         than the rest of the call's Python (~5 µs of ~10 on this machine), so over the h2
         transport the serialized request is kept per (container id, command, timeout), the
-        same bytes the message would serialize to."""
+        same bytes the message would serialize to.
+
+        ``read_grid`` (seconds) says the answer may wait until the next multiple of it on the loop
+        clock: over the h2 transport the call then goes on a connection of its own that reads on
+        that grid (``unary_h2._Connection._read_on_grid``), so the answers to the calls a prober
+        slot starts are read with the next slot's wake-up instead of waking the loop one by one.
+        The grpcio transport reads as answers come."""
         t = int(timeout)
         seconds = deadline if deadline is not None else ((self.timeout + t) if t else None)
         method = self.rt.ExecSync
+        if read_grid is not None and isinstance(method, UnaryMethod):
+            method = self._grid_exec(read_grid)
         if isinstance(method, UnaryMethod):
             send: RawUnary = method
             argv = tuple(cmd)

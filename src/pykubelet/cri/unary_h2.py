@@ -249,8 +249,9 @@ class _Stream:
 class _Connection(asyncio.Protocol):
     """One HTTP/2 connection; calls are streams on it (client-initiated, odd ids)."""
 
-    def __init__(self, max_receive: int) -> None:
+    def __init__(self, max_receive: int, read_grid: float | None = None) -> None:
         self._max_receive = max_receive
+        self._read_grid = read_grid  # reads on a grid of the loop clock (see _read_on_grid), or as they come
         self._decoder = hpack.Decoder()
         self._buf = bytearray()
         self.streams: dict[int, _Stream] = {}
@@ -524,8 +525,37 @@ class _Connection(asyncio.Protocol):
             del self._buf[:pos]
         elif pos < end:
             self._buf += buf[pos:]
-        if self._batch_answered:
+        if self._read_grid is not None:
+            self._read_on_grid(self._read_grid)
+        elif self._batch_answered:
             self._after_read()
+
+    def _read_on_grid(self, grid: float) -> None:
+        """A connection whose answers may wait (``UnaryChannel(read_grid=...)``): after a read that
+        leaves calls in flight, stop reading until the next multiple of ``grid`` on the loop clock.
+
+        Why: each read is a wake-up of the loop, and on this VM a wake-up from an idle core costs
+        the agent more CPU than the exec probe's Python (docs/benchmarks-scale.md, "Probes: reads
+        on the prober's grid"). The prober wakes on the same grid (``WAKE_GRID``), and loop timers
+        due at the same time fire in the same loop iteration, so the answers that arrive while
+        reading is paused are read with the next slot's wake-up instead of one wake-up each: in a
+        steady state the loop wakes once per slot for the timers, reads everything answered since
+        the last slot, and writes the slot's new calls. The cost is at most ``grid`` of latency
+        per answer. Reading goes on at full speed while a response is cut short (a large one
+        arrives in many reads) and when no call is in flight (a lone call's answer is read at once).
+        The connection carries only such calls: a call that needs its answer at once goes on
+        another."""
+        loop = self._loop
+        if (self._resume is not None or not self.streams or self._buf or self._last_sid in self.streams
+                or self.closed or loop is None):
+            return
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.pause_reading()
+        # the same float the prober computes for its slots (an int times the grid), so both timers
+        # land on the same millisecond
+        self._resume = loop.call_at((math.floor(loop.time() / grid) + 1) * grid, self._resume_reading)
 
     def _after_read(self) -> None:
         """Read coalescing: after the read that brought the first answers to the calls of one
@@ -780,9 +810,11 @@ class _Connection(asyncio.Protocol):
 class UnaryChannel:
     """Unary calls to one unix socket over a lazily dialled, redialled HTTP/2 connection."""
 
-    def __init__(self, path: str, *, max_receive: int, max_send: int, authority: str = "localhost") -> None:
+    def __init__(self, path: str, *, max_receive: int, max_send: int, authority: str = "localhost",
+                 read_grid: float | None = None) -> None:
         self.path = path
         self._max_receive = max_receive
+        self._read_grid = read_grid  # see _Connection._read_on_grid
         self._max_send = max_send
         self._authority = authority
         self._conn: _Connection | None = None
@@ -846,9 +878,9 @@ class UnaryChannel:
 
     async def _dial(self) -> _Connection:
         loop = asyncio.get_running_loop()
-        max_receive = self._max_receive
+        max_receive, read_grid = self._max_receive, self._read_grid
         try:
-            _, conn = await loop.create_unix_connection(lambda: _Connection(max_receive), self.path)
+            _, conn = await loop.create_unix_connection(lambda: _Connection(max_receive, read_grid), self.path)
         except OSError as e:
             raise rpc_error(StatusCode.UNAVAILABLE,
                             f"failed to connect to all addresses; last error: UNAVAILABLE: unix:{self.path}: "

@@ -120,3 +120,30 @@ async def test_a_runtime_error_keeps_its_code_and_message(sock: str) -> None:
         assert ei.value.not_found
         assert "no-such-container" in ei.value.details
         assert (await client.version()).runtime_name == "fakecri"  # the connection is still good
+
+
+class EchoExecRuntime(FakeRuntime):
+    """ExecSync answers ``cmd[1]`` repeated ``cmd[2]`` times on stdout, after ``cmd[3]`` ms."""
+
+    async def ExecSync(self, request: pb.ExecSyncRequest, context: Any) -> pb.ExecSyncResponse:
+        _, text, times, ms = request.cmd
+        await asyncio.sleep(int(ms) / 1000)
+        return pb.ExecSyncResponse(stdout=text.encode() * int(times), exit_code=0)
+
+
+async def test_exec_answers_read_on_a_grid_all_arrive_whole_among_ordinary_calls(sock: str) -> None:
+    async with fake_cri(sock, EchoExecRuntime()) as (client, _rt):
+        sizes = [1, 10, 1000, 300_000] * 25  # the large ones span many reads
+        delays = [0, 3, 70, 130]  # answered before, around and after the next grid point
+
+        async def probe(i: int, size: int) -> bytes:
+            argv = ["echo", f"{i % 10}", str(size), str(delays[i % 4])]
+            return bytes((await client.exec_sync(f"c{i}", argv, 1, deadline=11, read_grid=0.05)).stdout)
+
+        outputs, answers = await asyncio.gather(asyncio.gather(*(probe(i, s) for i, s in enumerate(sizes))),
+                                                asyncio.gather(*(client.version() for _ in range(50))))
+        assert outputs == [f"{i % 10}".encode() * s for i, s in enumerate(sizes)]
+        assert {v.runtime_name for v in answers} == {"fakecri"}
+        # a later call, with nothing else in flight, is read as it comes on the same connection
+        again = await client.exec_sync("c0", ["echo", "z", "3", "0"], 1, read_grid=0.05)
+        assert bytes(again.stdout) == b"zzz"

@@ -251,3 +251,39 @@ async def test_calls_with_long_deadlines_started_apart_share_a_timer_that_is_nev
     conn.data_received(b"".join(_response(enc, sid, b"ok") for sid in (1, 3, 5, 7, 9)))
     assert [await c for c in [*calls, short]] == [b"ok"] * 5
     assert conn._deadlines == {}
+
+
+async def test_a_connection_reading_on_a_grid_reads_answers_in_flight_at_the_next_grid_point() -> None:
+    grid = 0.05
+    conn = _Connection(1 << 20, read_grid=grid)
+    transport = _PausableTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    enc = hpack.Encoder()
+    (lone,) = await _written_together(conn, 1)
+    conn.data_received(_response(enc, 1, b"x"))
+    assert await lone == b"x" and transport.pauses == 0  # nothing else in flight: nothing to wait for
+    first, second, third = await _written_together(conn, 3)
+    conn.data_received(_response(enc, 3, b"one"))
+    assert await first == b"one"
+    assert not transport.reading and transport.pauses == 1  # the rest is read at the next grid point
+    assert conn._resume is not None
+    when = conn._resume.when()
+    assert abs(when / grid - round(when / grid)) < 1e-9  # on the grid, like the prober's own wake-ups
+    await asyncio.sleep(when - asyncio.get_running_loop().time() + grid / 5)
+    assert transport.reading
+    conn.data_received(_response(enc, 5, b"two"))  # one call still in flight: paused again
+    assert transport.pauses == 2 and await second == b"two" and conn._resume is not None
+    await asyncio.sleep(conn._resume.when() - asyncio.get_running_loop().time() + grid / 5)
+    assert transport.reading
+    # a large answer arrives in pieces: read at full speed until its last frame, then nothing waits
+    wire = _response(enc, 7, b"y" * 100_000)
+    for i in range(0, len(wire), 4096):
+        conn.data_received(wire[i:i + 4096])
+    assert await third == b"y" * 100_000 and transport.pauses == 2 and transport.reading
+    fourth, fifth = await _written_together(conn, 2)
+    conn.data_received(_response(enc, 9, b"four"))
+    assert conn._resume is not None
+    conn.connection_lost(None)  # the resume timer goes with the connection
+    assert conn._resume is None and await fourth == b"four"
+    with pytest.raises(RpcError):
+        await fifth

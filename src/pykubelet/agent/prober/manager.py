@@ -10,7 +10,8 @@ Scheduling is start-to-start like upstream's ``time.Ticker``: the next run is du
 the previous run *started* (a slow probe does not push every later run back). Wake-ups are rounded
 to a ``WAKE_GRID`` (100 ms) of the loop clock, so workers whose due times fall in the same slot are
 woken by the same loop iteration and issue their ExecSync calls together, which the CRI transport
-writes in one ``send`` and whose answers it reads together (``pykubelet.cri.unary_h2``). What an exec
+writes in one ``send`` and whose answers it reads with the next slot's wake-up (an exec probe's
+connection reads on the same grid: ``CRIClient.exec_sync(read_grid=...)``). What an exec
 probe costs the agent is mostly those wake-ups and socket writes, not Python: with 200 probes/s
 spread over a second, a 100 ms grid costs ~30 % less CPU per probe than 25 ms (10 writes and timer
 wake-ups a second instead of up to 40; docs/benchmarks-scale.md, "Probes: fewer wake-ups"). A
@@ -55,7 +56,7 @@ from typing import Any
 
 from pykubelet.agent.interfaces import EventRecorder
 from pykubelet.agent.prober import metrics
-from pykubelet.agent.prober.probes import ExecRuntime, ProbeError, Prober
+from pykubelet.agent.prober.probes import WAKE_GRID, ExecRuntime, ProbeError, Prober
 from pykubelet.agent.prober.results import Outcome, ProbeState, ProbeType, Result
 from pykubelet.common.aio import cancel_and_wait
 from pykubelet.common.podutil import is_restartable_init_container
@@ -64,7 +65,6 @@ log = logging.getLogger(__name__)
 
 ContainerStatuses = dict[str, tuple[str, bool, float | None]]
 DEFAULT_POD_GRACE = 30
-WAKE_GRID = 0.1  # seconds; see the module docstring
 
 
 def first_delay(period: float, manager_age: float, rnd: float) -> float:

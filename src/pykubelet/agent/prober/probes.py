@@ -58,6 +58,8 @@ MAX_EXEC_OUTPUT = 10 * 1024
 MAX_REDIRECTS = 10
 # an exec probe gives the runtime timeoutSeconds + this before giving up on the call itself
 EXEC_GUARD_MARGIN = 10.0
+# seconds: the prober's wake grid (manager docstring); exec probes' answers are read on it too
+WAKE_GRID = 0.1
 _REDIRECT_CODES = (301, 302, 303, 307, 308)
 
 
@@ -298,7 +300,8 @@ async def probe_exec(
     try:
         if isinstance(runtime, CRIClient):
             # the guard is the call's own gRPC deadline: no asyncio timer per probe (docstring)
-            resp = await runtime.exec_sync(cid, command, secs, deadline=secs + EXEC_GUARD_MARGIN)
+            # the answer is read on the prober's wake grid (manager docstring)
+            resp = await runtime.exec_sync(cid, command, secs, deadline=secs + EXEC_GUARD_MARGIN, read_grid=WAKE_GRID)
         else:
             async with asyncio.timeout(secs + EXEC_GUARD_MARGIN):
                 resp = await runtime.exec_sync(cid, list(command), secs)
