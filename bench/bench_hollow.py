@@ -36,7 +36,6 @@ import datetime
 import re
 import shutil
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -49,13 +48,14 @@ from scale_common import (
     ControlPlane,
     Sampler,
     list_rv,
+    make_data_dir,
     print_profile,
+    remove_data_dir,
     spawn,
     start_py_spy,
     stop_process,
     stop_py_spy,
     summarize_profile,
-    unmount_under,
     watch_until,
 )
 
@@ -179,10 +179,10 @@ async def wait_nodes_ready(cp: ControlPlane, n: int, within: float = 300) -> flo
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="pkhb-", dir="/tmp"))
+    tmp, on_tmpfs = make_data_dir("pkhb-", args.data_on_disk)
     total = args.nodes * args.pods_per_node
     result: dict[str, Any] = {"nodes": args.nodes, "pods_per_node": args.pods_per_node, "pods": total,
-                              "prebound": args.prebound}
+                              "prebound": args.prebound, "data_dir_on_tmpfs": on_tmpfs}
     cp = ControlPlane(tmp / "cp", extra=["--access-log"] if args.count_requests else [])
     hollow = None
     try:
@@ -276,8 +276,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await stop_process(hollow, "hollow", grace=60)
         await cp.stop()
-        await asyncio.to_thread(unmount_under, tmp)  # none expected: hollow volumes are plain folders
-        shutil.rmtree(tmp, ignore_errors=True)
+        await remove_data_dir(tmp)  # no pod volume mounted: hollow volumes are plain folders
     return result
 
 
@@ -323,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="server with --access-log; report the API requests per pod made during the run")
     p.add_argument("--quick", action="store_true", help="10 nodes x 5 pods, hold 5 s")
     p.add_argument("--json", default=None)
+    p.add_argument("--data-on-disk", action="store_true",
+                   help="the run's folders under /tmp on disk, not on a tmpfs (see scale_common.make_data_dir)")
     args = p.parse_args(argv)
     if args.quick:
         args.nodes, args.pods_per_node, args.hold, args.settle = 10, 5, 5.0, 3.0

@@ -53,7 +53,6 @@ import asyncio
 import os
 import shutil
 import sys
-import tempfile
 import time
 import traceback
 import uuid
@@ -68,6 +67,7 @@ from scale_common import (
     ControlPlane,
     Sampler,
     list_rv,
+    make_data_dir,
     pod_ready,
     print_profile,
     py_spy,
@@ -172,8 +172,8 @@ async def events_drained(api: ApiClient, t0: float, within: float = 120.0) -> tu
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="pks-", dir="/tmp"))
-    result: dict[str, Any] = {"pods": args.pods, "hold_s": args.hold}
+    tmp, on_tmpfs = make_data_dir("pks-", args.data_on_disk)
+    result: dict[str, Any] = {"pods": args.pods, "hold_s": args.hold, "data_dir_on_tmpfs": on_tmpfs}
     raw_fake = fake = agent = None
     cp = ControlPlane(tmp / "data")
     try:
@@ -371,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile-out", default=None, help="keep the raw py-spy output here (the start's as <path>.<process>-start.txt)")
     p.add_argument("--quick", action="store_true", help="100 pods, hold 10 s")
     p.add_argument("--json", default=None)
+    p.add_argument("--data-on-disk", action="store_true",
+                   help="the agent's folders under /tmp on disk, not on a tmpfs (see scale_common.make_data_dir)")
     args = p.parse_args(argv)
     if args.quick:
         args.pods, args.hold, args.settle = 100, 10.0, 3.0
