@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="100 pods, hold 10 s")
     p.add_argument("--json", default=None)
     p.add_argument("--data-on-disk", action="store_true",
-                   help="the agent's folders under /tmp on disk, not on a tmpfs (see scale_common.make_data_dir)")
+                   help="the run's folders under /tmp on disk, not on a tmpfs (see scale_common.make_data_dir)")
     args = p.parse_args(argv)
     if args.quick:
         args.pods, args.hold, args.settle = 100, 10.0, 3.0
