@@ -549,13 +549,16 @@ class _Connection(asyncio.Protocol):
         if (self._resume is not None or not self.streams or self._buf or self._last_sid in self.streams
                 or self.closed or loop is None):
             return
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        transport.pause_reading()
         # the same float the prober computes for its slots (an int times the grid), so both timers
         # land on the same millisecond
-        self._resume = loop.call_at((math.floor(loop.time() / grid) + 1) * grid, self._resume_reading)
+        self._pause_reading_until(loop, (math.floor(loop.time() / grid) + 1) * grid)
+
+    def _pause_reading_until(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        """Stop reading until ``when`` on the loop clock (``_resume`` holds the timer)."""
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.pause_reading()
+            self._resume = loop.call_at(when, self._resume_reading)
 
     def _after_read(self) -> None:
         """Read coalescing: after the read that brought the first answers to the calls of one
@@ -583,10 +586,7 @@ class _Connection(asyncio.Protocol):
         streams = self.streams
         for sid in range(lo, hi, 2):
             if sid in streams:
-                transport = self.transport
-                if transport is not None and not transport.is_closing():
-                    transport.pause_reading()
-                    self._resume = loop.call_later(READ_COALESCE, self._resume_reading)
+                self._pause_reading_until(loop, loop.time() + READ_COALESCE)
                 return
 
     def _resume_reading(self) -> None:
