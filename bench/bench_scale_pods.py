@@ -44,8 +44,8 @@ by function), to see where the per-pod CPU goes.
 5. **the baseline again**: with the agent, the server and their fakecri stopped, the raw calls of
    step 1 once more on another fresh fakecri (``raw_cri_after_s``, ``ratio_to_raw_after``). The goal
    is still judged against step 1; this says how far the machine itself drifted over the run (on the
-   2-core VM the same calls took 0.24-0.31 s for 300 pods a minute apart), so a ratio can be read as
-   the agent's or the machine's.
+   2-core VM the same calls for 1,000 pods took 0.84 s before one run and 1.52 s after it), so a
+   ratio can be read as the agent's or the machine's.
 
 Usage: ``.venv/bin/python bench/bench_scale_pods.py [--pods 1000] [--hold 60] [--profile 30]
 [--json out.json]``; ``--pods 100 --hold 10`` is a smoke run.
