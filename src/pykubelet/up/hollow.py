@@ -308,7 +308,11 @@ class HollowNodes:
 
             tls = ensure_self_signed(self.data_dir, "hollow", [a.node_ip])
         cfg = hollow_config(kubelet_server=bool(a.kubelet_port_base), tls=tls, client_ca=a.client_ca_file)
-        self.config_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        # With --processes every child writes this same file while its siblings may be reading it:
+        # replaced whole, never seen half-written.
+        tmp = self.config_path.with_name(f".{self.config_path.name}.{os.getpid()}")
+        tmp.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        os.replace(tmp, self.config_path)
         for i, (name, cidr) in enumerate(zip(names, cidrs, strict=True)):
             if not first <= i < first + count:
                 continue  # another process's node (--shard)
@@ -431,14 +435,30 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> in
 async def run_processes(args: argparse.Namespace, argv: Sequence[str], data_dir: Path,
                         stop: asyncio.Event | None = None) -> int:
     """``--processes P``: run P children, each a ``--shard`` of the nodes; restart one that exits
-    (after the supervisor's back-off) until stopped; SIGTERM them all on SIGTERM/SIGINT."""
+    (after the supervisor's back-off) until stopped; SIGTERM them all on SIGTERM/SIGINT. 1 when a
+    child refused its settings."""
+    own_dir = not args.data_dir
+    if args.kubelet_port_base:
+        # the one serving certificate all nodes share, made here once: children making it at the
+        # same time could leave one's key next to another's certificate
+        from pykubelet.agent.server.app import ensure_self_signed
+
+        try:
+            await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
+            await asyncio.to_thread(ensure_self_signed, data_dir, "hollow", [args.node_ip])
+        except (OSError, RuntimeError) as e:
+            print(f"pykubelet hollow: {e}", file=sys.stderr)
+            if own_dir:
+                shutil.rmtree(data_dir, ignore_errors=True)
+            return 1
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = _stop_on_signals(loop, stop)
-    own_dir = not args.data_dir
     procs: dict[int, asyncio.subprocess.Process] = {}
+    refused = False
 
     async def child(i: int) -> None:
+        nonlocal refused
         backoff = Backoff()
         while not stop.is_set():
             started = time.monotonic()
@@ -448,6 +468,7 @@ async def run_processes(args: argparse.Namespace, argv: Sequence[str], data_dir:
                 return
             if rc in (1, 2):  # bad settings: every restart would fail the same way
                 log.error("hollow process %d/%d refused its settings (exit code %d)", i, args.processes, rc)
+                refused = True
                 stop.set()
                 return
             delay = backoff.next_delay(time.monotonic() - started)
@@ -459,7 +480,7 @@ async def run_processes(args: argparse.Namespace, argv: Sequence[str], data_dir:
     try:
         print(f"{args.nodes} hollow nodes in {args.processes} processes; Ctrl-C to stop", file=sys.stderr, flush=True)
         await stop.wait()
-        return 0
+        return 1 if refused else 0
     finally:
         for proc in procs.values():
             if proc.returncode is None:

@@ -12,6 +12,7 @@ import contextlib
 import ipaddress
 import os
 import signal
+import ssl
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -123,3 +124,72 @@ async def test_hollow_nodes_register_ready_and_run_pods_the_scheduler_places(
     assert not [line for line in _mounts() if str(tmp_path) in line]  # volumes were plain folders
     # Like stopped kubelets, the nodes stay registered (the node lifecycle controller marks them later).
     assert len((await api.list("/api/v1/nodes"))["items"]) == 3
+
+
+def _free_port_range(n: int) -> int:
+    """A port P with P .. P+n-1 free on 127.0.0.1 just now."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = int(s.getsockname()[1])
+        if base + n > 65535:
+            continue
+        try:
+            with contextlib.ExitStack() as stack:
+                for port in range(base, base + n):
+                    stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
+async def _tls_handshake(port: int) -> bool:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+    except OSError:
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+async def test_hollow_nodes_in_several_processes_serve_their_kubelet_api_with_one_shared_certificate(
+        cluster: tuple[ApiClient, Path], tmp_path: Path) -> None:
+    api, kubeconfig = cluster
+    log, data = tmp_path / "hollow.log", tmp_path / "hollow"
+    base = _free_port_range(len(NODES))
+    async with hollow_process("--kubeconfig", str(kubeconfig), "--nodes", "3", "--processes", "2",
+                              "--kubelet-port-base", str(base), "--data-dir", str(data), log=log) as proc:
+        async def served() -> bool:
+            assert proc.returncode is None, _log(log)
+            items = (await api.list("/api/v1/nodes")).get("items", [])
+            if sorted(n["metadata"]["name"] for n in items if _ready(n)) != list(NODES):
+                return False
+            return all([await _tls_handshake(base + i) for i in range(len(NODES))])
+
+        await eventually(served)
+        nodes = {n["metadata"]["name"]: n for n in (await api.list("/api/v1/nodes"))["items"]}
+        for i, name in enumerate(NODES):
+            assert nodes[name]["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == base + i
+    assert proc.returncode == 0, _log(log)
+    # one key and the certificate made for it, whichever process started first
+    ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+        data / "pki" / "kubelet.crt", data / "pki" / "kubelet.key")
+    assert not list(data.glob(".kubelet-config.yaml.*"))  # no half-written copies left
+
+
+async def test_hollow_nodes_in_several_processes_with_bad_settings_exit_non_zero_naming_the_flag(
+        tmp_path: Path) -> None:
+    log = tmp_path / "hollow.log"
+    async with hollow_process("--kubeconfig", str(tmp_path / "missing.kubeconfig"), "--nodes", "2",
+                              "--processes", "2", "--data-dir", str(tmp_path / "hollow"), log=log) as proc:
+        async with asyncio.timeout(60):  # bounds a hang only
+            rc = await proc.wait()
+    assert rc == 1, _log(log)
+    assert "--kubeconfig" in _log(log) and "refused its settings" in _log(log)
