@@ -32,8 +32,10 @@ This module does the same with pykubelet's own agent:
 ``--processes P`` spreads the nodes over P child processes (contiguous slices, ``--shard i/P``;
 node names, pod ranges and kubelet ports are those of the whole set), so that the agents use more
 than one core: one event loop for 100 agents is a single core's worth of work at best, and
-its turns grow long. The parent only starts, supervises (the same restart back-off) and stops the
-children; each costs one interpreter (~65 MB) more.
+its turns grow long. The parent only makes the shared serving certificate (``--kubelet-port-base``),
+then starts, supervises (the same restart back-off) and stops the children, and exits 1 when one
+refuses its settings; each child costs one interpreter (~65 MB) more. The children share the data
+folder's generated configuration, each replacing it whole.
 
 Log lines carry the node name: a ``ContextVar`` is set before each agent's task is created, and
 asyncio copies the context into every task and thread that agent starts. The agents' Prometheus
