@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -633,6 +634,7 @@ async def node_loss(api: ApiClient, kubeconfig: Path, tmp: Path, server_pid: int
                       "198.19.0.0/16" if prefix == "lost-" else "198.18.128.0/17",
                       "--data-dir", str(tmp / prefix)], tmp / f"{prefix}hollow.log")
 
+    sock_dirs = set(glob.glob("/tmp/pkh-*"))  # each hollow process's socket folder (module up.hollow)
     lost_proc = hollow("lost-", n + 100)
     kept_proc = hollow("kept-", kept_n + 100)
     probe: LatencyProbe | None = None
@@ -712,6 +714,9 @@ async def node_loss(api: ApiClient, kubeconfig: Path, tmp: Path, server_pid: int
             await probe.stop()
         await stop_process(lost_proc, "lost hollow node")
         await stop_process(kept_proc, "kept hollow node")
+        # the SIGKILLed process could not remove its socket folder; the stopped one removed its own
+        for d in set(glob.glob("/tmp/pkh-*")) - sock_dirs:
+            shutil.rmtree(d, ignore_errors=True)
     return out
 
 
