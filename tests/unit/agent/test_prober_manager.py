@@ -337,6 +337,47 @@ async def test_workers_due_within_one_grid_slot_wake_together_at_most_half_a_slo
     assert early._sleeper is None and late._sleeper is None
 
 
+async def test_workers_sleeping_until_the_same_slot_share_one_loop_timer(env: Any, monkeypatch: Any) -> None:
+    """Three workers due in one 100 ms slot arm one loop timer between them; one of them woken early
+    and one cancelled do not keep the third from waking on the slot."""
+    from pykubelet.agent.prober import manager as manager_module
+
+    m, *_ = env
+    grid = manager_module.WAKE_GRID
+    m.add_pod(probed_pod(readinessProbe={}, livenessProbe={}, startupProbe={}))
+    ws = [worker(m, t) for t in (ProbeType.READINESS, ProbeType.LIVENESS, ProbeType.STARTUP)]
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    call_at = loop.call_at
+
+    def counting_call_at(when: float, *args: Any) -> Any:
+        armed.append(when)
+        return call_at(when, *args)
+
+    monkeypatch.setattr(loop, "call_at", counting_call_at)
+    slot = (int(loop.time() / grid) + 3) * grid
+    waits = [asyncio.ensure_future(m._wait(w, slot - loop.time())) for w in ws]
+    await asyncio.sleep(0)
+    assert len(armed) == 1
+    ws[0].wake()
+    waits[1].cancel()
+    async with asyncio.timeout(5):
+        await waits[0]
+        assert not waits[2].done()  # still sleeping: only the woken one ended
+        await waits[2]
+    assert loop.time() >= slot - 0.005
+    assert waits[1].cancelled()
+    assert m._slots == {}  # the slot's list went with its timer
+
+    # a lone sleeper woken long before its slot takes the slot and its timer with it
+    waiting = asyncio.ensure_future(m._wait(ws[0], 3600))
+    await asyncio.sleep(0)
+    (timer, _sleepers), = m._slots.values()
+    ws[0].wake()
+    await waiting
+    assert m._slots == {} and timer.cancelled()
+
+
 async def test_a_new_container_is_probed_at_once_not_on_the_grid(env: Any) -> None:
     """``wake()`` (a new container id) ends the wait at once; the grid only shapes timed waits."""
     m, *_ = env

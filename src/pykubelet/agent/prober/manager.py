@@ -2,9 +2,9 @@
 
 Design: one lightweight asyncio task per (pod uid, container name, probe type) that has a probe spec,
 all on the agent's single event loop. A worker sleeps on a future that a loop timer resolves
-when the next run is due, so the manager can wake it early (new container id) and cancel it
-instantly; every probe is bounded by ``timeoutSeconds``, so probes of many pods never block each
-other or the sync loop.
+when the next run is due (one timer for all the workers due in the same wake slot, below), so the
+manager can wake it early (new container id) and cancel it instantly; every probe is bounded by
+``timeoutSeconds``, so probes of many pods never block each other or the sync loop.
 
 Scheduling is start-to-start like upstream's ``time.Ticker``: the next run is due one period after
 the previous run *started* (a slow probe does not push every later run back). Wake-ups are rounded
@@ -272,6 +272,8 @@ class ProbeManager:
         self._workers: dict[tuple[str, str, ProbeType], Worker] = {}
         self._pod_workers: dict[str, set[tuple[str, str, ProbeType]]] = {}  # uid → its worker keys
         self._results: dict[ProbeType, dict[str, Result]] = {t: {} for t in ProbeType}
+        # wake-grid slot → its loop timer and the futures of the workers sleeping until it
+        self._slots: dict[int, tuple[asyncio.TimerHandle, list[asyncio.Future[None]]]] = {}
 
     # -- pod lifecycle -----------------------------------------------------------------------
     def add_pod(self, pod: dict[str, Any]) -> None:
@@ -447,27 +449,39 @@ class ProbeManager:
         """Sleep ``seconds`` (rounded to the wake grid) or until ``worker.wake()`` (tests override
         this).
 
-        One future and one loop timer that resolves it, as ``asyncio.sleep`` does, and ``wake()``
-        resolves the same future: no timeout context whose expiry cancels the task and unwinds a
-        CancelledError every period, no ``asyncio.Event`` with its waiter list, and timers of
-        workers due in the same grid slot share one loop iteration.
+        One future per sleep, resolved by the loop timer of its grid slot or by ``wake()``: no
+        timeout context whose expiry cancels the task and unwinds a CancelledError every period, no
+        ``asyncio.Event`` with its waiter list. The workers due in the same slot share one timer
+        (armed by the first of them, it resolves every future still pending): with 200 probes a
+        second that is ~10 timers a second instead of 200 armed and cancelled, about 5 µs less per
+        probe run on the 2-core VM (docs/benchmarks-scale.md, "A slower VM"). A worker woken or
+        cancelled before its slot leaves it (the timer is cancelled with its last sleeper), so a
+        long period's slot holds nothing for a pod that is gone.
         """
         if worker._woken:
             worker._woken = False
             return
         loop = asyncio.get_running_loop()
-        when = round((loop.time() + seconds) / WAKE_GRID) * WAKE_GRID
+        slot = round((loop.time() + seconds) / WAKE_GRID)
         fut: asyncio.Future[None] = loop.create_future()
+        entry = self._slots.get(slot)
+        if entry is None:
+            entry = self._slots[slot] = (loop.call_at(slot * WAKE_GRID, self._wake_slot, slot), [])
+        entry[1].append(fut)
         worker._sleeper = fut
-        timer = loop.call_at(when, _resolve, fut)
         try:
             await fut
         finally:
             worker._sleeper = None
-            timer.cancel()
+            if self._slots.get(slot) is entry:  # ended before its slot: woken or cancelled
+                entry[1].remove(fut)
+                if not entry[1]:
+                    entry[0].cancel()
+                    del self._slots[slot]
         worker._woken = False
 
-
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
+    def _wake_slot(self, slot: int) -> None:
+        entry = self._slots.pop(slot, None)
+        for fut in entry[1] if entry is not None else ():
+            if not fut.done():
+                fut.set_result(None)
