@@ -38,6 +38,9 @@ No baseline process and no per-probe figures then.
 ``--profile`` samples the agent with py-spy (``--gil``) during the hold's last 30 s (or less).
 
 Usage: ``.venv/bin/python bench/bench_probes.py [--pods 100] [--hold 60] [--profile] [--json out.json]``.
+With more than 100 pods the agent is started with ``--max-pods`` ten above the count (the default is
+110). The run's folder is removed with whatever pod volumes are still mounted in it, also after a
+failed run.
 """
 
 from __future__ import annotations
@@ -48,7 +51,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,7 +76,7 @@ from common import (
     save_json,
 )
 from cri_api.v1 import api_pb2 as pb
-from scale_common import print_profile, py_spy, summarize_profile
+from scale_common import print_profile, py_spy, remove_data_dir, summarize_profile
 
 from pykubelet.cri.client import CRIClient
 
@@ -198,7 +200,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="pkp-", dir="/tmp"))
     sock = tmp / "fakecri.sock"
     fake = start_fakecri(sock, tmp / "fakecri.log")
-    cluster = Cluster(SimpleNamespace(endpoint=f"unix://{sock}"), tmp / "data")  # type: ignore[arg-type]
+    cluster = Cluster(SimpleNamespace(endpoint=f"unix://{sock}"), tmp / "data",  # type: ignore[arg-type]
+                      agent_args=[f"--max-pods={args.pods + 10}"] if args.pods > 100 else [])
     result: dict[str, Any] = {"pods": args.pods, "hold_s": args.hold, "period_s": PERIOD, "probes": args.probes}
     names = [f"probe-{i:03d}" for i in range(args.pods)]
     try:
@@ -298,7 +301,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if fake.poll() is None:
                 fake.kill()
                 fake.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+        await remove_data_dir(tmp)  # a run that failed before deleting its pods left their volumes mounted
     return result
 
 

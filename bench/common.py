@@ -273,6 +273,7 @@ class Cluster:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     api: ApiClient | None = None
     url: str = ""
+    agent_args: list[str] = field(default_factory=list)  # more agent flags (e.g. --max-pods above 110)
 
     def pid(self, name: str) -> int:
         return self.procs[name].pid
@@ -286,6 +287,7 @@ class Cluster:
             "--data-dir", str(self.data_dir), "--secure-port", str(secure), "--kubelet-port", str(kubelet),
             "--pod-cidr", POD_CIDR, "--bridge", BRIDGE, "--cgroup-root", CGROUP_ROOT,
             "--node-name", NODE_NAME, f"--agent-arg=--healthz-port={healthz}",
+            *(f"--agent-arg={a}" for a in self.agent_args),
         ])
         data_dir = up.prepare_data_dir(str(self.data_dir))
         if up.default_encryption(args):  # as `pykubelet up` does before starting the server
