@@ -75,6 +75,7 @@ from cri_api.v1 import api_pb2_grpc as pbg  # noqa: E402
 
 from pykubelet.common.apiclient import ApiClient, ApiError  # noqa: E402
 from pykubelet.up.containerd import PrivateContainerd  # noqa: E402
+from pykubelet.up.hollow import SOCK_DIR_PREFIX  # noqa: E402
 
 NODE = "pkfaults"
 POD_CIDR = "198.18.202.0/24"
@@ -634,7 +635,8 @@ async def node_loss(api: ApiClient, kubeconfig: Path, tmp: Path, server_pid: int
                       "198.19.0.0/16" if prefix == "lost-" else "198.18.128.0/17",
                       "--data-dir", str(tmp / prefix)], tmp / f"{prefix}hollow.log")
 
-    sock_dirs = set(glob.glob("/tmp/pkh-*"))  # each hollow process's socket folder (module up.hollow)
+    sock_glob = f"/tmp/{SOCK_DIR_PREFIX}*"  # each hollow process's socket folder
+    sock_dirs = set(glob.glob(sock_glob))
     lost_proc = hollow("lost-", n + 100)
     kept_proc = hollow("kept-", kept_n + 100)
     probe: LatencyProbe | None = None
@@ -715,7 +717,7 @@ async def node_loss(api: ApiClient, kubeconfig: Path, tmp: Path, server_pid: int
         await stop_process(lost_proc, "lost hollow node")
         await stop_process(kept_proc, "kept hollow node")
         # the SIGKILLed process could not remove its socket folder; the stopped one removed its own
-        for d in set(glob.glob("/tmp/pkh-*")) - sock_dirs:
+        for d in set(glob.glob(sock_glob)) - sock_dirs:
             shutil.rmtree(d, ignore_errors=True)
     return out
 

@@ -83,6 +83,8 @@ DEFAULT_PREFIX = "hollow-"
 DEFAULT_POD_CIDR = "198.19.0.0/16"
 POD_NETWORK = ipaddress.ip_network("198.18.0.0/15")
 HOLLOW_LABEL = "pykubelet.io/hollow"
+# each hollow process's folder of fake-runtime sockets under /tmp (short: sun_path holds 108 bytes)
+SOCK_DIR_PREFIX = "pkh-"
 
 _node: contextvars.ContextVar[str] = contextvars.ContextVar("hollow_node", default="-")
 
@@ -280,7 +282,7 @@ class HollowNodes:
         self.nodes: list[HollowNode] = []
         self._own_data_dir = not args.data_dir
         self.data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="pykubelet-hollow-")).absolute()
-        self.sock_dir = Path(tempfile.mkdtemp(prefix="pkh-", dir="/tmp"))
+        self.sock_dir = Path(tempfile.mkdtemp(prefix=SOCK_DIR_PREFIX, dir="/tmp"))
         self.config_path = self.data_dir / "kubelet-config.yaml"
 
     def kubeconfig_for(self, name: str) -> str:
