@@ -107,6 +107,15 @@ def _conditions(node: Obj) -> list[Obj]:
     return [c for c in (node.get("status") or {}).get("conditions") or [] if isinstance(c, dict)]
 
 
+def _revision(o: Obj) -> int:
+    """The object's resourceVersion as this API server writes it (its store revision); -1 if
+    not a number, which never counts as newer."""
+    try:
+        return int(str(_meta(o).get("resourceVersion", "")))
+    except ValueError:
+        return -1
+
+
 def condition_status(node: Obj, ctype: str) -> str | None:
     for c in _conditions(node):
         if c.get("type") == ctype:
@@ -381,16 +390,26 @@ class NodeLifecycleController:
             conds = unknown_conditions(node, now)
             if conds is not None:
                 log.info("node %s: kubelet stopped posting status; marking Unknown", name)
-                node = await self.api.patch(
+                node = self._written(name, await self.api.patch(
                     f"/api/v1/nodes/{name}/status", {"status": {"conditions": conds}}, "merge"
-                )
-                self.nodes[name] = node
+                ))
         taints = desired_taints(node, now)
         if taints != (_spec(node).get("taints") or []):
-            node = await self.api.patch(f"/api/v1/nodes/{name}", {"spec": {"taints": taints or None}}, "merge")
-            self.nodes[name] = node
-            self.eviction.node_updated(name, node)
+            node = self._written(
+                name, await self.api.patch(f"/api/v1/nodes/{name}", {"spec": {"taints": taints or None}}, "merge"))
         return node
+
+    def _written(self, name: str, answer: Obj) -> Obj:
+        """The node after one of our PATCHes: its answer goes into the caches unless the watch
+        already delivered a later revision while the PATCH was in flight (e.g. the kubelet's first
+        Ready=True right after we tainted the node unreachable). Storing the older answer over it
+        would keep the taint until the kubelet's next status write, minutes away with a Lease."""
+        cached = self.nodes.get(name)
+        if cached is not None and _revision(cached) > _revision(answer):
+            return cached
+        self.nodes[name] = answer
+        self.eviction.node_updated(name, answer)
+        return answer
 
     def _queue_pods_not_ready(self, name: str, node: Obj) -> None:
         ready = condition_status(node, "Ready")

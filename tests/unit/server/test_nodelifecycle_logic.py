@@ -363,3 +363,30 @@ async def test_taint_eviction_records_upstream_events_and_disruption_target() ->
               for verb, path, e in api.calls if verb == "create" and path.endswith("/events")}
     assert ("now", "Normal", "TaintManagerEviction", "Marking for deletion Pod default/now") in events
     assert ("later", "Normal", "TaintManagerEviction", "Cancelling deletion of Pod default/later") in events
+
+
+async def test_a_node_that_reports_ready_while_being_tainted_loses_the_unreachable_taint() -> None:
+    """The kubelet's first Ready=True lands while the controller's taint PATCH is in flight: the
+    watch delivers it before the PATCH answer, which must not replace it in the cache (it would keep
+    the node tainted until the kubelet's next status write, minutes later with a Lease)."""
+    ready = {**kubelet_node(), "metadata": {**kubelet_node()["metadata"], "resourceVersion": "3"}}
+    c: NodeLifecycleController
+
+    class RacingApi(FakeApi):
+        async def patch(self, path: str, body: Any, patch_type: str = "merge", params: Any = None) -> Any:
+            answer = await super().patch(path, body, patch_type, params)
+            if "unreachable" in json.dumps(body):  # the taint write; the Ready status was stored meanwhile
+                c.on_node_event("MODIFIED", {**ready, "spec": {"taints": answer["spec"]["taints"]}})
+            return {**answer, "metadata": {**answer["metadata"], "resourceVersion": "2"}}
+
+    api = RacingApi()
+    registered = {**kubelet_node(ready=None), "metadata": {**kubelet_node()["metadata"], "resourceVersion": "1"}}
+    api.put("/api/v1/nodes/n1", registered)
+    api.put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease(T0))
+    c = NodeLifecycleController(api, clock=lambda: T0)  # type: ignore[arg-type]
+    c.on_node_event("ADDED", registered)
+    c.on_lease_event("ADDED", lease(T0))
+    await _pass(c)  # no Ready condition yet: tainted unreachable
+    assert condition_status(c.nodes["n1"], "Ready") == "True"  # the watch's later revision was kept
+    await _pass(c)
+    assert not api.objects["/api/v1/nodes/n1"]["spec"].get("taints")
