@@ -69,7 +69,7 @@ if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
 import grpc  # noqa: E402
-from common import cpu_seconds, rss_bytes  # noqa: E402
+from common import cpu_seconds, free_port, rss_bytes  # noqa: E402
 from cri_api.v1 import api_pb2 as pb  # noqa: E402
 from cri_api.v1 import api_pb2_grpc as pbg  # noqa: E402
 
@@ -89,10 +89,6 @@ def log(msg: str) -> None:
     print(f"[faults {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pod(name: str, labels: dict[str, str] | None = None) -> Obj:

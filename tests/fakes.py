@@ -14,6 +14,7 @@ patched") rather than as a hand-rolled stub, and a change in a seam is made once
 - ``FakeExecRuntime`` answers CRI ``ExecSync`` (probes and hooks) with a scripted result.
 - ``FakeImageService`` answers CRI ``ImageStatus`` / ``PullImage`` from a set of present images.
 - ``eventually`` polls a condition of a fake or of a real runtime until it holds (or times out).
+- ``free_port`` is a loopback TCP port free right now, for a server a test starts.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple
 
@@ -363,3 +365,10 @@ async def fake_cri(sock: str, runtime: FakeRuntime | None = None, *, call_timeou
     finally:
         await client.close()
         await server.stop(1)  # lets a handler still sending its answer finish (no task outlives the test)
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on right now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

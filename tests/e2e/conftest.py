@@ -34,6 +34,7 @@ import pytest
 
 from pykubelet.up.containerd import PrivateContainerd, preflight
 from pykubelet.up.images import bootstrap_images
+from tests.fakes import free_port
 
 SLOT_DIR = Path("/run/pykubelet-e2e")
 MAX_SLOTS = 50  # slot N owns 198.19.N.0/24, 198.19.(100+N).0/24, 198.19.(150+N).0/24, 198.19.(200+N).0/24
@@ -170,12 +171,6 @@ def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str | os.Path
 # ---------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Cluster:

@@ -23,8 +23,7 @@ import pytest
 from pykubelet.cri import CRIClient, CRIError, pb
 from pykubelet.up.containerd import PrivateContainerd
 from pykubelet.up.images import bootstrap_images
-
-from ..conftest import free_port
+from tests.fakes import free_port
 
 MANIFEST = """\
 apiVersion: v1

@@ -33,8 +33,9 @@ import pytest
 
 from pykubelet.common.apiclient import ApiClient, ApiError
 from pykubelet.up.containerd import PrivateContainerd
+from tests.fakes import free_port
 
-from ..conftest import free_port, stop_process
+from ..conftest import stop_process
 
 LOAD_PODS = 10
 NODE = "pk-faults"

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Cluster, KubectlRunner, free_port, start_up, stop_process
+from tests.e2e.conftest import Cluster, KubectlRunner, start_up, stop_process
+from tests.fakes import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("docker-registry") is None or shutil.which("skopeo") is None,
                                 reason="docker-registry and skopeo are needed")

@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from pykubelet.up.main import proxy_chain_prefix
-
-from ..conftest import free_port
+from tests.fakes import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import pytest
@@ -11,15 +10,10 @@ import pytest
 from pykubelet.agent.config import load_options
 from pykubelet.agent.main import run_agent
 from pykubelet.common.apiclient import ApiClient, ApiError
+from tests.fakes import free_port
 
 server_main = pytest.importorskip("pykubelet.server.main")
 fakecri_server = pytest.importorskip("pykubelet.fakecri.server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_agent_registers_and_runs_static_pod(tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ The API answers GETs all along (their latency is printed, not asserted: benchmar
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from pykubelet.cri import CRIClient, pb
 from pykubelet.fakecri.server import serve
 from pykubelet.server.main import run_server
 from tests.builders import container, pod
+from tests.fakes import free_port
 
 from .conftest import eventually
 
@@ -32,10 +32,6 @@ NODE = "burst-node"
 PATH = "/api/v1/namespaces/default/pods"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def burst_pod(name: str) -> dict[str, Any]:

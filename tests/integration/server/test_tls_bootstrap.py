@@ -24,6 +24,7 @@ from pykubelet.server.controllers.csrapprover import CSRApprover
 from pykubelet.server.kubeletproxy import kubelet_ssl_context
 from pykubelet.server.main import run_server
 from pykubelet.server.tokencli import bootstrap_kubeconfig
+from tests.fakes import free_port
 
 fakecri_server = pytest.importorskip("pykubelet.fakecri.server")
 CSRS = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
@@ -38,10 +39,6 @@ async def until(check: Callable[[], Awaitable[Any]], limit: float = 60.0) -> Any
             await asyncio.sleep(0.2)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _peer_cert(port: int, ca: Path) -> x509.Certificate:
