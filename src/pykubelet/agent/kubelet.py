@@ -88,7 +88,7 @@ from pykubelet.agent.prober.manager import ProbeManager
 from pykubelet.agent.server.stats import StatsProvider
 from pykubelet.agent.sources.mirror import MirrorClient as ApiMirrorClient
 from pykubelet.agent.status.generate import rfc3339
-from pykubelet.agent.status.manager import StatusManager
+from pykubelet.agent.status.manager import NEW_POD_STATUS_DELAY, StatusManager
 from pykubelet.agent.types import JSONObj, Pod, PodOp, PodUpdate
 from pykubelet.agent.volumemanager import Mounter, VolumeManager
 from pykubelet.common import podutil
@@ -161,7 +161,8 @@ class Kubelet:
             interval=cfg.container_log_monitor_interval,
         )
         self.runtime_manager.container_log = self.log_manager.add  # new containers' log paths: no ContainerStatus
-        self.status_manager = StatusManager(api, reconcile_period=status_reconcile_period)
+        self.status_manager = StatusManager(api, reconcile_period=status_reconcile_period,
+                                            first_write_delay=NEW_POD_STATUS_DELAY)
         self.pod_manager = PodManager(self.status_manager)
         self.probes = ProbeManager(runtime, recorder, on_change=self._wake_pod)
         self.cache = PodStatusCache()

@@ -248,7 +248,8 @@ def test_a_missing_config_map_holds_the_pod_until_it_is_created(pods: Pods) -> N
         'MountVolume.SetUp failed for volume "cfg" : configmap "vol-late-cfg" not found' in m
         for m in events(c, "vol-late", "FailedMount")), 60)
     assert phase(c, "vol-late") == "Pending"
-    assert waiting_reason(c, "vol-late")[0] == "ContainerCreating"
+    # a new pod's first status is written once it has waited a second for its containers to start
+    c.wait_for("vol-late ContainerCreating", lambda: waiting_reason(c, "vol-late")[0] == "ContainerCreating", 30)
     c.kubectl("create", "configmap", "vol-late-cfg", "--from-literal=k=v")
     c.wait_for("vol-late Running", lambda: phase(c, "vol-late") == "Running", 60)
     assert sh(c, "vol-late", "cat /cfg/k").stdout == "v"

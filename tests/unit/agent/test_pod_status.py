@@ -14,7 +14,7 @@ from pykubelet.agent.status.generate import generate_api_status, rfc3339
 from pykubelet.agent.status.manager import StatusManager, status_equal
 from pykubelet.common.apiclient import ApiError
 from tests.builders import NOW, POD_IP, container, exited, pod, pod_path, running, runtime_status, sandbox
-from tests.fakes import FakeApi
+from tests.fakes import FakeApi, eventually
 
 
 def conds(status: dict[str, Any]) -> dict[str, str]:
@@ -313,6 +313,90 @@ async def test_status_manager_writes_a_watched_pod_with_one_patch_and_many_pods_
     await sm.sync_all()
     assert len(api.patched) == 40 and gets == 0
     assert 1 < most <= 32
+
+
+async def test_pods_queued_while_a_status_write_is_in_flight_are_written_concurrently() -> None:
+    pods = [pod(name=f"p{i}", uid=f"uid-{i}", containers=["a"]) for i in range(40)]
+    api = FakeApi()
+    for p in pods:
+        api.put(pod_path(p), p)
+    in_flight = most = 0
+    real_patch = api.patch
+
+    async def slow_patch(path: str, body: Any, patch_type: str = "merge", params: Any = None) -> dict[str, Any]:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.05)
+        in_flight -= 1
+        return await real_patch(path, body, patch_type, params)
+
+    api.patch = slow_patch  # type: ignore[method-assign]
+    sm = StatusManager(api)
+    sm.start()
+    try:
+        sm.set_pod_status(pods[0], generate_api_status(pods[0], runtime_status(running("a"))))
+        await eventually(lambda: in_flight == 1, timeout=5, interval=0.001)  # one pod, one writer
+        for p in pods[1:]:
+            sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
+        await eventually(lambda: len(api.patched) == 40, timeout=10)
+        assert 1 < most <= 32
+    finally:
+        await sm.stop()
+
+
+def watched_new_pod() -> dict[str, Any]:
+    """A pod as the agent's watch delivers it right after its creation (the API set it Pending)."""
+    p = pod(containers=["a"])
+    p["metadata"]["resourceVersion"] = "7"
+    p["status"] = {"phase": "Pending"}
+    return p
+
+
+async def test_a_new_pod_that_starts_within_the_delay_has_only_its_running_status_written() -> None:
+    p = watched_new_pod()
+    api = api_with(p)
+    sm = StatusManager(api, first_write_delay=0.3)
+    sm.start()
+    try:
+        sm.set_pod_status(p, generate_api_status(p, runtime_status()))  # Pending, ContainerCreating
+        await asyncio.sleep(0.1)
+        assert api.patched == []
+        sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
+        await eventually(lambda: len(api.patched) == 1, timeout=5)
+        assert api.objects[pod_path(p)]["status"]["phase"] == "Running"
+        await asyncio.sleep(0.4)  # past the delay: the held first status is not written after all
+        assert len(api.patched) == 1
+    finally:
+        await sm.stop()
+
+
+async def test_a_new_pod_still_creating_after_the_delay_shows_container_creating() -> None:
+    p = watched_new_pod()
+    api = api_with(p)
+    sm = StatusManager(api, first_write_delay=0.2)
+    sm.start()
+    try:
+        sm.set_pod_status(p, generate_api_status(p, runtime_status()))
+        await eventually(lambda: len(api.patched) == 1, timeout=5)
+        st = api.objects[pod_path(p)]["status"]
+        assert st["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    finally:
+        await sm.stop()
+
+
+async def test_a_new_pods_status_that_changes_its_phase_is_written_without_waiting() -> None:
+    p = watched_new_pod()
+    api = api_with(p)
+    sm = StatusManager(api, first_write_delay=60)
+    sm.start()
+    try:
+        failed = {**generate_api_status(p, runtime_status()), "phase": "Failed", "reason": "OutOfcpu"}
+        sm.set_pod_status(p, failed)  # e.g. rejected at admission
+        await eventually(lambda: len(api.patched) == 1, timeout=5)
+        assert api.objects[pod_path(p)]["status"]["phase"] == "Failed"
+    finally:
+        await sm.stop()
 
 
 async def test_status_manager_drops_the_status_of_a_pod_recreated_under_its_name() -> None:

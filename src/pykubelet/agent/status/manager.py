@@ -32,6 +32,14 @@
   writes only its latest status of a pod; when the writers keep up, every status is written as
   soon as it changes, as before. Measured in 1,000-pod starts (``bench_scale_pods.py``): 1.06-1.35
   status writes per pod instead of 2 when the writers were behind, 2 when they kept up.
+- a new API pod's first status waits ``first_write_delay`` (the agent: ``NEW_POD_STATUS_DELAY``,
+  1 s) unless it changes the phase or readiness the watch showed: the first sync hands over Pending
+  (ContainerCreating) just before it makes the pod's sandbox and containers, and when they start
+  within that second the pod is written once, Running, instead of twice. Upstream writes the first
+  status at once; its writes then go through the client's kubeAPIQPS limit (50 a second), which
+  coalesces them the same way in a burst. A pod that takes longer (an image pull, a missing
+  ConfigMap) shows ContainerCreating at most that second later; a static pod (its mirror's status
+  is read first) is not held. Hollow nodes (in-process fake runtime) made 2.0 status PATCHes a pod.
 - ``terminated(uid)``: once the pod finished terminating, a pod with a deletionTimestamp is deleted
   for good: DELETE with gracePeriodSeconds=0 and a uid precondition (upstream canBeDeleted).
 Works with ``api=None`` (statuses only cached).
@@ -43,6 +51,7 @@ import asyncio
 import copy
 import logging
 import marshal
+import time
 from dataclasses import dataclass
 
 from pykubelet.agent.status.generate import KUBELET_CONDITIONS
@@ -68,6 +77,7 @@ def _copy(status: JSONObj) -> JSONObj:
 
 
 MAX_CONCURRENT_WRITES = 32
+NEW_POD_STATUS_DELAY = 1.0  # seconds a new pod's first status waits unless it changes the phase or readiness
 
 
 _CONDITION_TIMES = ("lastProbeTime", "lastTransitionTime")
@@ -149,6 +159,7 @@ class _Entry:
     deletion_requested: bool = False
     api_status: JSONObj | None = None  # the status the API holds, as last seen (watch or PATCH answer)
     api_deleting: bool = False  # the API pod has a deletionTimestamp (as last seen)
+    hold_until: float = 0.0  # time.monotonic() before which a first, non-urgent write waits
 
     def observe(self, pod: Pod, *, answer: bool = False) -> None:
         """Remember what the API holds for this pod (a watch event, or with ``answer`` a PATCH
@@ -164,9 +175,11 @@ class _Entry:
 
 
 class StatusManager:
-    def __init__(self, api: ApiClient | None, *, reconcile_period: float = 10.0) -> None:
+    def __init__(self, api: ApiClient | None, *, reconcile_period: float = 10.0,
+                 first_write_delay: float = 0.0) -> None:
         self.api = api
         self.reconcile_period = reconcile_period
+        self.first_write_delay = first_write_delay
         self._entries: dict[str, _Entry] = {}
         self._wake = asyncio.Event()
         # pods whose status may need a write (an ordered set: first change first); the urgent ones
@@ -174,6 +187,9 @@ class StatusManager:
         self._queued: dict[str, None] = {}
         self._urgent: dict[str, None] = {}
         self._writing: set[str] = set()  # pods a writer is writing now
+        self._held: dict[str, float] = {}  # new pods' first writes waiting: uid -> when they may go
+        self._held_timer: asyncio.TimerHandle | None = None
+        self._writers: set[asyncio.Task[None]] | None = None  # while draining: the running writers
         self._task: asyncio.Task[None] | None = None
         self.patches = 0  # number of PATCH calls made (observability / tests)
 
@@ -217,6 +233,8 @@ class StatusManager:
                 static=podutil.is_static_pod(pod), config_hash=ann.get(labels.CONFIG_HASH_ANNOTATION, ""),
                 status=status if handed_over else _copy(status),
             )
+            if self.first_write_delay > 0:
+                e.hold_until = time.monotonic() + self.first_write_delay
             if not e.static and md.get("resourceVersion"):  # an API pod: its status as the watch saw it
                 e.observe(pod)
         self._queue(e)
@@ -268,18 +286,55 @@ class StatusManager:
             elif uid not in self._queued:
                 self._queued[uid] = None
         self._wake.set()
+        if self._writers is not None:
+            self._start_writer()
 
     def _next(self) -> _Entry | None:
         """The next pod to write: the first urgent one, else the first queued; pods gone, written
-        meanwhile, or being written now are skipped (a write that ends behind queues its pod again)."""
+        meanwhile, or being written now are skipped (a write that ends behind queues its pod again),
+        and a new pod's first write is held until its ``hold_until`` (then queued again)."""
+        now = 0.0
         for queue in (self._urgent, self._queued):
             while queue:
                 uid = next(iter(queue))
                 del queue[uid]
                 e = self._entries.get(uid)
                 if e is not None and e.synced < e.version and uid not in self._writing:
+                    # held: only while what the API holds is known (urgency is judged against it),
+                    # never a terminated pod's last write (its deletion follows it)
+                    if (queue is self._queued and e.synced == 0 and e.hold_until and not e.terminated
+                            and e.api_status is not None):
+                        now = now or time.monotonic()
+                        if e.hold_until > now:
+                            self._hold(e, now)
+                            continue
                     return e
         return None
+
+    def _hold(self, e: _Entry, now: float) -> None:
+        """Queue ``e`` again at its ``hold_until``. One timer serves every held pod: they are held
+        nearly in the order they were created, each for the same delay, so the timer is armed for
+        the first one due and each release re-arms it for the next (no pass over all held pods);
+        a pod held out of that order goes with the one before it, at most the delay late."""
+        self._held[e.uid] = e.hold_until
+        if self._held_timer is None:
+            self._arm(e.hold_until, now)
+
+    def _arm(self, due: float, now: float) -> None:
+        self._held_timer = asyncio.get_running_loop().call_later(max(0.0, due - now), self._release_held)
+
+    def _release_held(self) -> None:
+        self._held_timer = None
+        now = time.monotonic()
+        while self._held:
+            uid, due = next(iter(self._held.items()))
+            if due > now:
+                self._arm(due, now)
+                break
+            del self._held[uid]
+            e = self._entries.get(uid)
+            if e is not None and e.synced < e.version:
+                self._queue(e)
 
     def start(self) -> None:
         if self._task is None:
@@ -288,6 +343,9 @@ class StatusManager:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
+        if self._held_timer is not None:
+            self._held_timer.cancel()
+            self._held_timer = None
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -318,10 +376,42 @@ class StatusManager:
         await self._drain()
 
     async def _drain(self) -> None:
-        """Writers (at most ``MAX_CONCURRENT_WRITES``) taking queued pods until the queue is empty."""
+        """Writers (at most ``MAX_CONCURRENT_WRITES``) taking queued pods until the queue is empty.
+        A pod queued meanwhile starts one more writer while there are fewer than that: a drain
+        that began with one pod queued (a new pod's first status released after its delay) grows
+        with the pods queued behind it instead of writing them one at a time."""
         n = min(MAX_CONCURRENT_WRITES, len(self._urgent) + len(self._queued))
-        if n:
-            await asyncio.gather(*(self._writer() for _ in range(n)))
+        if not n:
+            return
+        if self._writers is not None:  # a drain is running (``sync_all`` called meanwhile): join it
+            for _ in range(n):
+                self._start_writer()
+            while self._writers:
+                await asyncio.wait(list(self._writers))
+            return
+        writers: set[asyncio.Task[None]] = set()
+        self._writers = writers
+        try:
+            for _ in range(n):
+                self._start_writer()
+            while writers:
+                await asyncio.wait(list(writers))
+        finally:
+            self._writers = None
+            for t in writers:
+                t.cancel()
+            if writers:
+                await asyncio.gather(*writers, return_exceptions=True)
+
+    def _start_writer(self) -> None:
+        """One more writer for the running drain, unless it has ``MAX_CONCURRENT_WRITES`` or as
+        many as there are pods being written and queued."""
+        writers = self._writers
+        if (writers is not None and len(writers) < MAX_CONCURRENT_WRITES
+                and len(writers) < len(self._writing) + len(self._urgent) + len(self._queued)):
+            t = asyncio.get_running_loop().create_task(self._writer(), name="status-writer")
+            writers.add(t)
+            t.add_done_callback(writers.discard)
 
     async def _writer(self) -> None:
         while (e := self._next()) is not None:
