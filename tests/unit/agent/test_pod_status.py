@@ -4,8 +4,10 @@ getPhase), including what probe results make of it, and the StatusManager that w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -281,6 +283,23 @@ async def test_status_manager_never_reads_the_api_when_nothing_changed() -> None
         await sm.stop()
 
 
+class SlowPatches:
+    """``api.patch`` taking ``delay`` seconds, counting the PATCHes in flight and the most at once."""
+
+    def __init__(self, api: FakeApi, delay: float) -> None:
+        self.in_flight = self.most = 0
+        real_patch = api.patch
+
+        async def slow_patch(path: str, body: Any, patch_type: str = "merge", params: Any = None) -> dict[str, Any]:
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            await asyncio.sleep(delay)
+            self.in_flight -= 1
+            return await real_patch(path, body, patch_type, params)
+
+        api.patch = slow_patch  # type: ignore[method-assign]
+
+
 async def test_status_manager_writes_a_watched_pod_with_one_patch_and_many_pods_at_once() -> None:
     pods = []
     api = FakeApi()
@@ -289,30 +308,22 @@ async def test_status_manager_writes_a_watched_pod_with_one_patch_and_many_pods_
         p["metadata"]["resourceVersion"] = "7"  # as the agent's pod watch delivers it
         api.put(pod_path(p), p)
         pods.append(p)
-    in_flight = most = gets = 0
-    real_patch, real_get = api.patch, api.get
-
-    async def slow_patch(path: str, body: Any, patch_type: str = "merge", params: Any = None) -> dict[str, Any]:
-        nonlocal in_flight, most
-        in_flight += 1
-        most = max(most, in_flight)
-        await asyncio.sleep(0.01)
-        in_flight -= 1
-        return await real_patch(path, body, patch_type, params)
+    gets = 0
+    real_get = api.get
+    patches = SlowPatches(api, 0.01)
 
     async def counting_get(path: str, params: Any = None) -> dict[str, Any]:
         nonlocal gets
         gets += 1
         return await real_get(path, params)
 
-    api.patch = slow_patch  # type: ignore[method-assign]
     api.get = counting_get  # type: ignore[method-assign]
     sm = StatusManager(api)
     for p in pods:
         sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
     await sm.sync_all()
     assert len(api.patched) == 40 and gets == 0
-    assert 1 < most <= 32
+    assert 1 < patches.most <= 32
 
 
 async def test_pods_queued_while_a_status_write_is_in_flight_are_written_concurrently() -> None:
@@ -320,29 +331,14 @@ async def test_pods_queued_while_a_status_write_is_in_flight_are_written_concurr
     api = FakeApi()
     for p in pods:
         api.put(pod_path(p), p)
-    in_flight = most = 0
-    real_patch = api.patch
-
-    async def slow_patch(path: str, body: Any, patch_type: str = "merge", params: Any = None) -> dict[str, Any]:
-        nonlocal in_flight, most
-        in_flight += 1
-        most = max(most, in_flight)
-        await asyncio.sleep(0.05)
-        in_flight -= 1
-        return await real_patch(path, body, patch_type, params)
-
-    api.patch = slow_patch  # type: ignore[method-assign]
-    sm = StatusManager(api)
-    sm.start()
-    try:
+    patches = SlowPatches(api, 0.05)
+    async with started(StatusManager(api)) as sm:
         sm.set_pod_status(pods[0], generate_api_status(pods[0], runtime_status(running("a"))))
-        await eventually(lambda: in_flight == 1, timeout=5, interval=0.001)  # one pod, one writer
+        await eventually(lambda: patches.in_flight == 1, timeout=5, interval=0.001)  # one pod, one writer
         for p in pods[1:]:
             sm.set_pod_status(p, generate_api_status(p, runtime_status(running("a"))))
         await eventually(lambda: len(api.patched) == 40, timeout=10)
-        assert 1 < most <= 32
-    finally:
-        await sm.stop()
+        assert 1 < patches.most <= 32
 
 
 def watched_new_pod() -> dict[str, Any]:
@@ -353,12 +349,20 @@ def watched_new_pod() -> dict[str, Any]:
     return p
 
 
+@contextlib.asynccontextmanager
+async def started(sm: StatusManager) -> AsyncIterator[StatusManager]:
+    """``sm`` with its background writer loop running, stopped on the way out."""
+    sm.start()
+    try:
+        yield sm
+    finally:
+        await sm.stop()
+
+
 async def test_a_new_pod_that_starts_within_the_delay_has_only_its_running_status_written() -> None:
     p = watched_new_pod()
     api = api_with(p)
-    sm = StatusManager(api, first_write_delay=0.3)
-    sm.start()
-    try:
+    async with started(StatusManager(api, first_write_delay=0.3)) as sm:
         sm.set_pod_status(p, generate_api_status(p, runtime_status()))  # Pending, ContainerCreating
         await asyncio.sleep(0.1)
         assert api.patched == []
@@ -367,36 +371,26 @@ async def test_a_new_pod_that_starts_within_the_delay_has_only_its_running_statu
         assert api.objects[pod_path(p)]["status"]["phase"] == "Running"
         await asyncio.sleep(0.4)  # past the delay: the held first status is not written after all
         assert len(api.patched) == 1
-    finally:
-        await sm.stop()
 
 
 async def test_a_new_pod_still_creating_after_the_delay_shows_container_creating() -> None:
     p = watched_new_pod()
     api = api_with(p)
-    sm = StatusManager(api, first_write_delay=0.2)
-    sm.start()
-    try:
+    async with started(StatusManager(api, first_write_delay=0.2)) as sm:
         sm.set_pod_status(p, generate_api_status(p, runtime_status()))
         await eventually(lambda: len(api.patched) == 1, timeout=5)
         st = api.objects[pod_path(p)]["status"]
         assert st["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
-    finally:
-        await sm.stop()
 
 
 async def test_a_new_pods_status_that_changes_its_phase_is_written_without_waiting() -> None:
     p = watched_new_pod()
     api = api_with(p)
-    sm = StatusManager(api, first_write_delay=60)
-    sm.start()
-    try:
+    async with started(StatusManager(api, first_write_delay=60)) as sm:
         failed = {**generate_api_status(p, runtime_status()), "phase": "Failed", "reason": "OutOfcpu"}
         sm.set_pod_status(p, failed)  # e.g. rejected at admission
         await eventually(lambda: len(api.patched) == 1, timeout=5)
         assert api.objects[pod_path(p)]["status"]["phase"] == "Failed"
-    finally:
-        await sm.stop()
 
 
 async def test_status_manager_drops_the_status_of_a_pod_recreated_under_its_name() -> None:
