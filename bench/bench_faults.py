@@ -89,8 +89,6 @@ def log(msg: str) -> None:
     print(f"[faults {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-
-
 def pod(name: str, labels: dict[str, str] | None = None) -> Obj:
     return {
         "apiVersion": "v1",

@@ -171,8 +171,6 @@ def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str | os.Path
 # ---------------------------------------------------------------------------------------------
 
 
-
-
 class Cluster:
     """A running `pykubelet up` (control plane + agent) on the session's private containerd."""
 

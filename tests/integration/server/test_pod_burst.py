@@ -32,8 +32,6 @@ NODE = "burst-node"
 PATH = "/api/v1/namespaces/default/pods"
 
 
-
-
 def burst_pod(name: str) -> dict[str, Any]:
     return pod(name, uid="", node_name=NODE, containers=[container(image="busybox:1.36", command=["sleep", "3600"])],
                terminationGracePeriodSeconds=1, automountServiceAccountToken=False)

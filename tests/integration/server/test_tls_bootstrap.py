@@ -39,8 +39,6 @@ async def until(check: Callable[[], Awaitable[Any]], limit: float = 60.0) -> Any
             await asyncio.sleep(0.2)
 
 
-
-
 def _peer_cert(port: int, ca: Path) -> x509.Certificate:
     ctx = ssl.create_default_context(cafile=str(ca))
     ctx.check_hostname = False
