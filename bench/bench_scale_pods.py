@@ -38,6 +38,8 @@ the pod syncs per pod by update type (``kubelet_pod_worker_duration_seconds_coun
 
 ``--profile-start``: py-spy samples the agent, the server and fakecri over the start window (share of samples
 by function), to see where the per-pod CPU goes.
+``--timeline``: every 100 ms of the start, the share of all cores busy and the CPU of the agent, the
+server, fakecri and this benchmark, to see which process bounds each stage (``timeline`` in the JSON).
 
 4. ``--profile SECONDS``: afterwards (outside the measured window), a py-spy profile of the idle
    agent and its top functions (``scale_common.summarize_profile``).
@@ -71,6 +73,7 @@ from common import NAMESPACE, NODE_NAME, cpu_seconds, log, pod_manifest, ratio, 
 from scale_common import (
     ControlPlane,
     Sampler,
+    Timeline,
     list_rv,
     make_data_dir,
     pod_ready,
@@ -238,6 +241,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                   for k in ("agent", "server", "fakecri")} if args.profile_start else {})
         ops0 = await runtime_operations(api, NODE_NAME)
         start_sampler = Sampler(pids).start()
+        timeline = Timeline({**pids, "benchmark": os.getpid()}).start() if args.timeline else None
         bench_cpu0 = time.process_time()
         t0 = time.monotonic()
         sem = asyncio.Semaphore(32)
@@ -253,6 +257,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["median_ready_s"] = round(sorted(seen.values())[len(seen) // 2] - t0, 2)
         result["ratio_to_raw"] = round(result["all_ready_s"] / result["raw_cri_s"], 2)
         result["during_start"] = await start_sampler.stop()
+        if timeline is not None:
+            result["timeline"] = {"columns": ["s", "busy_pct", *pids, "benchmark"], "rows": await timeline.stop()}
         result["bench_client_cpu_s"] = round(time.process_time() - bench_cpu0, 2)
         ops1 = await runtime_operations(api, NODE_NAME)
         if ops1:
@@ -365,6 +371,12 @@ def report(r: dict[str, Any]) -> None:
               f"RSS max {v['rss_max_mb']:.1f} MB")
     if "bench_client_cpu_s" in r:
         print(f"while starting, this benchmark (creates, watch): {r['bench_client_cpu_s']:.1f} CPU-s")
+    if "timeline" in r:
+        cols = r["timeline"]["columns"]
+        print(f"timeline of the start, every 100 ms: {cols[0]} since the first POST, {cols[1]} of all cores, "
+              f"then CPU ms of {', '.join(cols[2:])}")
+        for row in r["timeline"]["rows"]:
+            print("  " + " ".join(f"{v:>5}" for v in row))
     for step, v in r.get("phases", {}).items():
         if v:
             print(f"per pod, {step}: median {v['median']:.2f} s, p90 {v['p90']:.2f} s, max {v['max']:.2f} s")
@@ -389,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", type=float, default=0.0, help="py-spy the idle agent for this many seconds")
     p.add_argument("--profile-start", action="store_true", help="py-spy agent and fakecri during the start")
     p.add_argument("--profile-out", default=None, help="keep the raw py-spy output here (the start's as <path>.<process>-start.txt)")
+    p.add_argument("--timeline", action="store_true",
+                   help="every 100 ms of the start: all cores' busy share and each process's CPU")
     p.add_argument("--quick", action="store_true", help="100 pods, hold 10 s")
     p.add_argument("--json", default=None)
     p.add_argument("--data-on-disk", action="store_true",

@@ -11,6 +11,8 @@ the scale benchmarks need a few more pieces, all without containerd:
   (Running, Ready), recording when each pod first satisfied it;
 - :class:`Sampler` — CPU (utime+stime from ``/proc/<pid>/stat``, as % of one core over the window)
   and RSS (VmRSS every second, max) of several processes at once;
+- :class:`Timeline` — the same processes' CPU and the whole machine's busy share every 100 ms, to
+  see which process is the bottleneck in each stage of a run;
 - :func:`py_spy` / :func:`summarize_profile` — a py-spy sampling profile of a running process and its
   top functions by self and inclusive share of one core (py-spy is a developer tool, not a project
   dependency: ``.venv/bin/pip install py-spy``; without it profiling is skipped, saying why).
@@ -274,13 +276,57 @@ class Sampler:
         wall = time.monotonic() - self.t0
         cpu1 = {k: cpu_seconds(p) for k, p in self.pids.items()}
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_quietly(self._task)
         for k, p in self.pids.items():
             self.rss[k].append(rss_bytes(p) / MB)
         return {k: {"cpu_pct": round(100 * (cpu1[k] - self.cpu0[k]) / wall, 2),
                     "rss_max_mb": round(max(self.rss[k]), 1), "seconds": round(wall, 1)} for k in self.pids}
+
+
+class Timeline:
+    """CPU of named processes (ms per ``period``) and the share of all cores busy (``/proc/stat``),
+    sampled every ``period`` seconds until :meth:`stop`. A row per sample: seconds since
+    :meth:`start`, the machine's busy %, then each process's CPU ms in the order of ``pids``."""
+
+    def __init__(self, pids: dict[str, int], period: float = 0.1) -> None:
+        self.pids = pids
+        self.period = period
+        self.rows: list[tuple[float, ...]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    @staticmethod
+    def _machine() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:]]
+        return sum(ticks), ticks[3] + ticks[4]  # all, idle + iowait
+
+    def start(self) -> Timeline:
+        self._task = asyncio.create_task(self._loop())
+        return self
+
+    async def _loop(self) -> None:
+        t0 = time.monotonic()
+        cpu = [cpu_seconds(p) for p in self.pids.values()]
+        total, idle = self._machine()
+        while True:
+            await asyncio.sleep(self.period)
+            now = [cpu_seconds(p) for p in self.pids.values()]
+            total2, idle2 = self._machine()
+            busy = 100.0 * (1 - (idle2 - idle) / max(total2 - total, 1))
+            self.rows.append((round(time.monotonic() - t0, 2), round(busy),
+                              *(round(1000 * (b - a)) for a, b in zip(cpu, now, strict=True))))
+            cpu, total, idle = now, total2, idle2
+
+    async def stop(self) -> list[tuple[float, ...]]:
+        if self._task is not None:
+            await cancel_quietly(self._task)
+        return self.rows
+
+
+async def cancel_quietly(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 # ------------------------------------------------------------------------------------- profiling
