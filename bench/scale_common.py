@@ -39,6 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import SRC, ApiClient, ApiError, _port_open, cpu_seconds, free_port, log, rss_bytes
 
+from pykubelet.common.aio import cancel_and_wait
+
 MB = 1024 * 1024
 Pod = dict[str, Any]
 
@@ -275,8 +277,7 @@ class Sampler:
     async def stop(self) -> dict[str, dict[str, float]]:
         wall = time.monotonic() - self.t0
         cpu1 = {k: cpu_seconds(p) for k, p in self.pids.items()}
-        if self._task is not None:
-            await cancel_quietly(self._task)
+        await cancel_and_wait(self._task)
         for k, p in self.pids.items():
             self.rss[k].append(rss_bytes(p) / MB)
         return {k: {"cpu_pct": round(100 * (cpu1[k] - self.cpu0[k]) / wall, 2),
@@ -318,15 +319,8 @@ class Timeline:
             cpu, total, idle = now, total2, idle2
 
     async def stop(self) -> list[tuple[float, ...]]:
-        if self._task is not None:
-            await cancel_quietly(self._task)
+        await cancel_and_wait(self._task)
         return self.rows
-
-
-async def cancel_quietly(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 # ------------------------------------------------------------------------------------- profiling
