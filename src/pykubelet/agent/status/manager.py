@@ -384,13 +384,8 @@ class StatusManager:
         n = min(MAX_CONCURRENT_WRITES, len(self._urgent) + len(self._queued))
         if not n:
             return
-        if self._writers is not None:  # a drain is running (``sync_all`` called meanwhile): join it
-            for _ in range(n):
-                self._start_writer()
-            while self._writers:
-                await asyncio.wait(list(self._writers))
-            return
-        writers: set[asyncio.Task[None]] = set()
+        owner = self._writers is None  # else a drain is running (``sync_all`` called meanwhile): join it
+        writers: set[asyncio.Task[None]] = set() if self._writers is None else self._writers
         self._writers = writers
         try:
             for _ in range(n):
@@ -398,11 +393,12 @@ class StatusManager:
             while writers:
                 await asyncio.wait(list(writers))
         finally:
-            self._writers = None
-            for t in writers:
-                t.cancel()
-            if writers:
-                await asyncio.gather(*writers, return_exceptions=True)
+            if owner:
+                self._writers = None
+                for t in writers:
+                    t.cancel()
+                if writers:
+                    await asyncio.gather(*writers, return_exceptions=True)
 
     def _start_writer(self) -> None:
         """One more writer for the running drain, unless it has ``MAX_CONCURRENT_WRITES`` or as
